@@ -1,0 +1,44 @@
+"""The agent loop: an LLM with tools, streaming typed events. Knows nothing of Slack."""
+
+from bot.engine.events import (
+    ApprovalRequired,
+    Done,
+    ErrorEvent,
+    RunEvent,
+    TextDelta,
+    ToolResult,
+    ToolStart,
+)
+from bot.engine.hooks import (
+    ApprovalDecision,
+    ApprovalFunc,
+    ApprovalRequest,
+    Hook,
+    HookDecision,
+    ToolInvocation,
+)
+from bot.engine.llm import LLMClient
+from bot.engine.loop import DEFAULT_MAX_TURNS, Engine
+from bot.engine.messages import ChatMessage, ToolCall, Usage
+
+__all__ = [
+    "DEFAULT_MAX_TURNS",
+    "ApprovalDecision",
+    "ApprovalFunc",
+    "ApprovalRequest",
+    "ApprovalRequired",
+    "ChatMessage",
+    "Done",
+    "Engine",
+    "ErrorEvent",
+    "Hook",
+    "HookDecision",
+    "LLMClient",
+    "RunEvent",
+    "TextDelta",
+    "ToolCall",
+    "ToolInvocation",
+    "ToolResult",
+    "ToolStart",
+    "Usage",
+]

@@ -1,0 +1,67 @@
+"""The typed events `Engine.run_stream` yields while a run goes on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from bot.engine.messages import Usage
+
+StopReason = Literal["completed", "max_turns", "error"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta:
+    """A piece of the model's answer as it streams in."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolStart:
+    """The model called a tool; `arguments` is the raw JSON it sent."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResult:
+    """A tool call ended (ran, failed, or was refused); `output` is what the model sees."""
+
+    call_id: str
+    name: str
+    output: str
+    is_error: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRequired:
+    """A tool call waits for a person's decision (or is refused when nobody can be asked)."""
+
+    call_id: str
+    name: str
+    arguments: str
+    reason: str
+    risk: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorEvent:
+    """The run failed; `message` is readable by the person who started it."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Done:
+    """The run is over; always the last event."""
+
+    final_text: str
+    usage: Usage
+    turns: int
+    stop_reason: StopReason
+
+
+RunEvent = TextDelta | ToolStart | ToolResult | ApprovalRequired | ErrorEvent | Done

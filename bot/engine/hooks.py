@@ -1,0 +1,92 @@
+"""The hook chain consulted before every tool call, and the approval contract."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from bot.tools.base import Tool, ToolArguments
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolInvocation:
+    """A tool call about to run: the tool, its validated arguments and the raw JSON."""
+
+    call_id: str
+    tool: Tool
+    arguments: ToolArguments
+    raw_arguments: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookDecision:
+    """What a hook says of a call: allow it, deny it (with why), or ask a person."""
+
+    action: Literal["allow", "deny", "ask"]
+    reason: str = ""
+    risk: str | None = None
+
+    @classmethod
+    def allow(cls, reason: str = "") -> HookDecision:
+        return cls(action="allow", reason=reason)
+
+    @classmethod
+    def deny(cls, reason: str) -> HookDecision:
+        return cls(action="deny", reason=reason)
+
+    @classmethod
+    def ask(cls, reason: str, risk: str | None = None) -> HookDecision:
+        return cls(action="ask", reason=reason, risk=risk)
+
+
+class Hook(Protocol):
+    """A check run before a tool call; `None` means it has no opinion."""
+
+    async def __call__(self, invocation: ToolInvocation) -> HookDecision | None: ...
+
+
+async def decide(hooks: Sequence[Hook], invocation: ToolInvocation) -> HookDecision:
+    """Combine the hooks' verdicts: any deny wins, then the first ask, else allow.
+
+    A hook that raises denies the call: a broken check must never let a call through.
+    """
+    first_ask: HookDecision | None = None
+    for hook in hooks:
+        try:
+            decision = await hook(invocation)
+        except Exception as exc:
+            logger.exception("permission hook %r failed", hook)
+            return HookDecision.deny(f"a permission check failed ({exc}); the call was refused")
+        if decision is None or decision.action == "allow":
+            continue
+        if decision.action == "deny":
+            return decision
+        if first_ask is None:
+            first_ask = decision
+    return first_ask or HookDecision.allow()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRequest:
+    """What a person is asked to decide."""
+
+    call_id: str
+    tool_name: str
+    arguments: str
+    reason: str
+    risk: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalDecision:
+    """A person's answer (or its absence); `message` tells the model what happened."""
+
+    approved: bool
+    message: str
+
+
+ApprovalFunc = Callable[[ApprovalRequest], Awaitable[ApprovalDecision]]

@@ -1,0 +1,137 @@
+"""The tool contract, the registry of tools, and the output cap shared by all tools."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bot.errors import ToolArgumentsError
+
+ArgumentKind = Literal["path", "command", "pattern"]
+
+DEFAULT_OUTPUT_LIMIT = 30_000
+
+
+class ToolArguments(BaseModel):
+    """Base of every tool's argument model: unknown fields are a mistake worth reporting."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Tool(ABC):
+    """A capability the model can call: a name, a JSON schema, and an async `run`.
+
+    Subclasses set `name`, `description` and `arguments`, and say whether they only
+    read (`read_only`), which argument the permission rules match on
+    (`main_argument`) and what kind of value it holds (`argument_kind`).
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    arguments: ClassVar[type[ToolArguments]]
+    read_only: ClassVar[bool] = False
+    main_argument: ClassVar[str | None] = None
+    argument_kind: ClassVar[ArgumentKind] = "path"
+
+    @abstractmethod
+    async def run(self, args: Any) -> str:
+        """Do the work and return the text the model sees; raise `ToolError` to fail."""
+
+    def schema(self) -> dict[str, Any]:
+        """The Chat Completions `tools` entry for this tool."""
+        parameters = self.arguments.model_json_schema()
+        parameters.pop("title", None)
+        for prop in parameters.get("properties", {}).values():
+            prop.pop("title", None)
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": parameters,
+            },
+        }
+
+    def parse_arguments(self, raw: str) -> ToolArguments:
+        """Turn the model's JSON argument string into this tool's validated model."""
+        try:
+            data = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ToolArgumentsError(
+                f"the arguments for {self.name} are not valid JSON ({exc.msg} at position "
+                f"{exc.pos}); send a JSON object matching the tool's schema"
+            ) from exc
+        if not isinstance(data, dict):
+            raise ToolArgumentsError(
+                f"the arguments for {self.name} must be a JSON object, not {type(data).__name__}"
+            )
+        try:
+            return self.arguments.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise ToolArgumentsError(f"invalid arguments for {self.name}: {problems}") from exc
+
+
+class ToolRegistry:
+    """An ordered, immutable set of tools addressed by name."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise ValueError(f"two tools are named {tool.name!r}")
+            self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return [tool.schema() for tool in self._tools.values()]
+
+    def only(self, names: Iterable[str]) -> ToolRegistry:
+        """A registry holding just the named tools that this one has, in this one's order."""
+        wanted = set(names)
+        return ToolRegistry(t for n, t in self._tools.items() if n in wanted)
+
+    def without(self, names: Iterable[str]) -> ToolRegistry:
+        unwanted = set(names)
+        return ToolRegistry(t for n, t in self._tools.items() if n not in unwanted)
+
+    def with_tools(self, tools: Iterable[Tool]) -> ToolRegistry:
+        return ToolRegistry([*self._tools.values(), *tools])
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+def cap_output(text: str, limit: int = DEFAULT_OUTPUT_LIMIT) -> str:
+    """Cut `text` to about `limit` characters, keeping its head and tail.
+
+    The note in the middle says how much was cut, so the model knows the output
+    is partial and can ask for a narrower slice.
+    """
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    tail = limit - head
+    cut = len(text) - head - tail
+    return (
+        f"{text[:head]}\n\n[… output truncated: {cut:,} of {len(text):,} characters cut …]\n\n"
+        f"{text[len(text) - tail :]}"
+    )

@@ -1,0 +1,149 @@
+"""The bash tool: one shell command in the workspace, bounded in time and output."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+from collections.abc import Mapping
+
+from pydantic import Field
+
+from bot.errors import ToolError
+from bot.tools.base import DEFAULT_OUTPUT_LIMIT, Tool, ToolArguments, cap_output
+from bot.tools.workspace import Workspace
+
+DEFAULT_TIMEOUT_S = 120
+MAX_TIMEOUT_S = 600
+# After killing a process group, how long to wait for its pipe to drain. A process
+# that escaped the group with setsid() could hold the pipe open for ever.
+DRAIN_AFTER_KILL_S = 2.0
+
+_SECRET_NAME = re.compile(
+    r"^(SLACK_|OPENAI_|ANTHROPIC_|BATON_CONFIG$|DATABASE_URL$)|TOKEN|SECRET|PASSWORD|API_KEY",
+    re.IGNORECASE,
+)
+
+
+def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment for commands the model runs: the bot's own secrets removed."""
+    return {name: value for name, value in environ.items() if not _SECRET_NAME.search(name)}
+
+
+class BashArgs(ToolArguments):
+    command: str = Field(description="The command line, run with `bash -c` in the workspace.")
+    timeout_s: int = Field(
+        default=DEFAULT_TIMEOUT_S,
+        ge=1,
+        le=MAX_TIMEOUT_S,
+        description=f"Seconds before the command is killed (default {DEFAULT_TIMEOUT_S}).",
+    )
+
+
+class _BoundedOutput:
+    """Collects a stream's bytes keeping only the head and the tail, so memory stays bounded."""
+
+    def __init__(self, limit: int) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.limit = limit
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            del self.tail[: max(0, len(self.tail) - self.limit)]
+
+    def text(self) -> str:
+        head = self.head.decode("utf-8", errors="replace")
+        if not self.tail:
+            return head
+        skipped = self.total - len(self.head) - len(self.tail)
+        tail = self.tail.decode("utf-8", errors="replace")
+        middle = f"\n[… {skipped:,} bytes of output cut …]\n" if skipped else ""
+        return head + middle + tail
+
+
+class Bash(Tool):
+    name = "bash"
+    description = (
+        "Run a shell command with bash in the workspace directory and return its exit code "
+        "and combined stdout/stderr. Non-interactive: stdin is empty. Default timeout "
+        f"{DEFAULT_TIMEOUT_S} s; on timeout the command and all its child processes are killed."
+    )
+    arguments = BashArgs
+    main_argument = "command"
+    argument_kind = "command"
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        environment: Mapping[str, str] | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> None:
+        self.workspace = workspace
+        env = os.environ if environment is None else environment
+        self.environment = scrubbed_environment(env)
+        self.output_limit = output_limit
+
+    async def run(self, args: BashArgs) -> str:
+        if not args.command.strip():
+            raise ToolError("the command is empty")
+        try:
+            process = await asyncio.create_subprocess_exec(
+                "bash",
+                "-c",
+                args.command,
+                cwd=self.workspace.root,
+                env=self.environment,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                # Its own process group, so a timeout or cancel can kill every child too.
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ToolError(f"could not start bash: {exc}") from exc
+        output = _BoundedOutput(self.output_limit)
+        reader = asyncio.create_task(self._collect(process, output))
+        try:
+            await asyncio.wait_for(asyncio.shield(reader), timeout=args.timeout_s)
+            code = await process.wait()
+        except TimeoutError:
+            await self._kill(process, reader)
+            return cap_output(
+                f"{output.text()}\n[command timed out after {args.timeout_s} s; it and its "
+                "child processes were killed]",
+                self.output_limit,
+            )
+        except asyncio.CancelledError:
+            await self._kill(process, reader)
+            raise
+        text = output.text()
+        body = f"exit code {code}\n{text}" if text else f"exit code {code} (no output)"
+        return cap_output(body, self.output_limit)
+
+    @staticmethod
+    async def _collect(process: asyncio.subprocess.Process, output: _BoundedOutput) -> None:
+        assert process.stdout is not None
+        while chunk := await process.stdout.read(65536):
+            output.add(chunk)
+
+    @staticmethod
+    async def _kill(process: asyncio.subprocess.Process, reader: asyncio.Task[None]) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        try:
+            await asyncio.wait_for(asyncio.shield(reader), timeout=DRAIN_AFTER_KILL_S)
+        except (TimeoutError, asyncio.CancelledError):
+            reader.cancel()
+        with contextlib.suppress(ProcessLookupError):
+            await process.wait()

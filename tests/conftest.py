@@ -1,0 +1,83 @@
+"""Shared fixtures: local fakes for the outside world, and no real network."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from bot.engine.llm import LLMClient
+from bot.tools.workspace import Workspace
+from tests.fakes.openai_api import FakeOpenAI
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _check_address(address: Any) -> None:
+    if isinstance(address, tuple):
+        host = address[0]
+        try:
+            if ipaddress.ip_address(host).is_loopback:
+                return
+        except ValueError:
+            if host == "localhost":
+                return
+        raise RuntimeError(f"tests may not reach the network (tried {address!r})")
+
+
+def _guarded_connect(self: socket.socket, address: Any) -> None:
+    _check_address(address)
+    return _real_connect(self, address)
+
+
+def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
+    _check_address(address)
+    return _real_connect_ex(self, address)
+
+
+@pytest.fixture(autouse=True)
+def no_real_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Only loopback connections are possible, and provider settings point nowhere."""
+    monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)
+    for name in (
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "SLACK_BOT_TOKEN",
+        "SLACK_APP_TOKEN",
+        "SLACK_SIGNING_SECRET",
+        "SLACK_API_URL",
+        "BATON_MODEL",
+        "BATON_CONFIG",
+        "BATON_WORKSPACE",
+        "DATABASE_URL",
+        "PORT",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    yield
+
+
+@pytest.fixture
+async def fake_llm() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def llm(fake_llm: FakeOpenAI) -> AsyncIterator[LLMClient]:
+    client = openai.AsyncOpenAI(api_key="sk-test", base_url=fake_llm.url, max_retries=0)
+    yield LLMClient(client)
+    await client.close()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Workspace:
+    root = tmp_path / "ws"
+    root.mkdir()
+    return Workspace(root, protected_files=[tmp_path / "baton.yaml"])

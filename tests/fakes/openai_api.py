@@ -1,0 +1,511 @@
+"""A fake OpenAI-compatible Chat Completions HTTP server for tests.
+
+The fake speaks enough of the OpenAI wire protocol that the real ``openai.AsyncOpenAI``
+client can talk to it (``base_url=fake.url``). Tests script the replies up front, either as
+a FIFO queue (``fake.script(...)``) or with a ``fake.responder`` callable, and inspect
+``fake.requests`` afterwards.
+
+Example:
+    async with FakeOpenAI() as fake:
+        fake.script(Reply(text="hello"), Reply(tool_calls=[ToolCallSpec("ls", {"path": "."})]))
+        client = AsyncOpenAI(api_key="sk-test", base_url=fake.url, max_retries=0)
+        ...
+        await client.close()
+        fake.assert_all_used()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import json
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+from aiohttp import web
+
+__all__ = [
+    "ErrorReply",
+    "FakeOpenAI",
+    "Hang",
+    "RecordedRequest",
+    "Reply",
+    "Responder",
+    "ScriptedReply",
+    "ToolCallSpec",
+    "Usage",
+]
+
+DEFAULT_MODEL = "fake-model"
+NO_REPLY_MESSAGE = "FakeOpenAI: no scripted reply left"
+
+
+# --------------------------------------------------------------------------- reply values
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    """Token usage reported for a completion.
+
+    Attributes:
+        prompt_tokens: Tokens attributed to the request.
+        completion_tokens: Tokens attributed to the generated answer.
+        total_tokens: Sum of both; computed when left as ``None``.
+    """
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int | None = None
+
+    def to_json(self) -> dict[str, int]:
+        """Return the OpenAI ``usage`` object for this value."""
+        total = self.total_tokens
+        if total is None:
+            total = self.prompt_tokens + self.completion_tokens
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": total,
+        }
+
+
+@dataclass(frozen=True)
+class ToolCallSpec:
+    """One tool call the fake model should make.
+
+    Attributes:
+        name: Function name.
+        arguments: A dict (sent JSON-encoded) or a string (sent verbatim, so it may be
+            malformed JSON on purpose).
+        id: Tool call id; a unique ``call_<n>`` is generated when ``None``.
+    """
+
+    name: str
+    arguments: str | dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+    @property
+    def arguments_json(self) -> str:
+        """The arguments exactly as they go over the wire."""
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reply:
+    """A successful chat completion.
+
+    Attributes:
+        text: Assistant message content.
+        tool_calls: Tool calls the assistant makes (streamed in parallel when several).
+        usage: Reported token usage; plausible numbers are computed when ``None``.
+        delay: Seconds to wait before answering at all.
+        chunk_delay: Seconds to wait between streamed chunks (streaming only).
+        finish_reason: Defaults to ``"tool_calls"`` when there are tool calls, else ``"stop"``.
+    """
+
+    text: str = ""
+    tool_calls: Sequence[ToolCallSpec] = ()
+    usage: Usage | None = None
+    delay: float = 0.0
+    chunk_delay: float = 0.0
+    finish_reason: str | None = None
+
+    @property
+    def effective_finish_reason(self) -> str:
+        """The finish reason that will be sent."""
+        if self.finish_reason is not None:
+            return self.finish_reason
+        return "tool_calls" if self.tool_calls else "stop"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorReply:
+    """An HTTP error with an OpenAI-style error body.
+
+    Attributes:
+        status: HTTP status code (500 -> ``InternalServerError``, 429 -> ``RateLimitError``...).
+        message: ``error.message`` in the body.
+        delay: Seconds to wait before answering.
+    """
+
+    status: int = 500
+    message: str = "internal error"
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hang:
+    """Never answer: hold the request until the client gives up or the server stops."""
+
+
+ScriptedReply = Reply | ErrorReply | Hang
+Responder = Callable[["RecordedRequest"], "ScriptedReply | Awaitable[ScriptedReply]"]
+
+
+# --------------------------------------------------------------------------- recording
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """A chat completion request received by the fake.
+
+    Attributes:
+        body: The parsed JSON body.
+        headers: Request headers, with lower-cased names.
+    """
+
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The ``messages`` list of the request."""
+        return list(self.body.get("messages") or [])
+
+    @property
+    def model(self) -> str | None:
+        """The requested model."""
+        return self.body.get("model")
+
+    @property
+    def tools(self) -> list[str]:
+        """Names of the tool functions offered in the request."""
+        names: list[str] = []
+        for tool in self.body.get("tools") or []:
+            function = tool.get("function") or {}
+            if "name" in function:
+                names.append(function["name"])
+        return names
+
+    @property
+    def stream(self) -> bool:
+        """Whether a streamed response was requested."""
+        return bool(self.body.get("stream"))
+
+    @property
+    def include_usage(self) -> bool:
+        """Whether ``stream_options.include_usage`` was requested."""
+        options = self.body.get("stream_options") or {}
+        return bool(options.get("include_usage"))
+
+
+# --------------------------------------------------------------------------- server
+
+
+def _chunks(text: str, size: int) -> Iterator[str]:
+    for start in range(0, len(text), size):
+        yield text[start : start + size]
+
+
+def _error_body(message: str, error_type: str = "server_error") -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": None, "code": None}}
+
+
+class FakeOpenAI:
+    """An in-process fake of the OpenAI Chat Completions API.
+
+    Serves ``POST /v1/chat/completions`` (plain JSON or SSE streaming) and
+    ``GET /v1/models`` on ``127.0.0.1`` with an ephemeral port.
+
+    Attributes:
+        requests: Every chat completion request received, in arrival order.
+        unexpected: Requests that arrived when no scripted reply was left (answered 500).
+        errors: Exceptions raised by ``responder`` (the request was answered 500).
+        responder: When set, called with each request to produce the reply (sync or async);
+            takes precedence over the scripted queue.
+    """
+
+    def __init__(self, *, chunk_size: int = 8) -> None:
+        """Create a stopped fake server.
+
+        Args:
+            chunk_size: Characters per streamed content / arguments chunk.
+        """
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be >= 1")
+        self.chunk_size = chunk_size
+        self.requests: list[RecordedRequest] = []
+        self.unexpected: list[RecordedRequest] = []
+        self.errors: list[BaseException] = []
+        self.responder: Responder | None = None
+        self._queue: deque[ScriptedReply] = deque()
+        self._models_seen: list[str] = []
+        self._call_ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._stopping = asyncio.Event()
+        self._url: str | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Start listening on 127.0.0.1 with an ephemeral port."""
+        if self._runner is not None:
+            raise RuntimeError("FakeOpenAI already started")
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle_chat)
+        app.router.add_get("/v1/models", self._handle_models)
+        self._stopping = asyncio.Event()
+        runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        host, port = runner.addresses[0][:2]
+        self._url = f"http://{host}:{port}/v1"
+
+    async def stop(self) -> None:
+        """Stop the server; pending ``Hang`` / delayed replies are released at once."""
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        self._stopping.set()
+        await runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @property
+    def url(self) -> str:
+        """Base URL ending in ``/v1``, suitable for ``AsyncOpenAI(base_url=...)``."""
+        if self._url is None:
+            raise RuntimeError("FakeOpenAI not started")
+        return self._url
+
+    # ----------------------------------------------------------------- scripting
+
+    def script(self, *replies: ScriptedReply) -> None:
+        """Append replies to the FIFO queue used when no ``responder`` is set.
+
+        Args:
+            *replies: ``Reply``, ``ErrorReply`` or ``Hang`` values, answered in order.
+        """
+        for reply in replies:
+            if not isinstance(reply, Reply | ErrorReply | Hang):
+                raise TypeError(f"not a scripted reply: {reply!r}")
+        self._queue.extend(replies)
+
+    @property
+    def remaining(self) -> int:
+        """Number of scripted replies not consumed yet."""
+        return len(self._queue)
+
+    def assert_all_used(self) -> None:
+        """Assert every scripted reply has been consumed.
+
+        Raises:
+            AssertionError: If scripted replies remain in the queue.
+        """
+        if self._queue:
+            raise AssertionError(
+                f"FakeOpenAI: {len(self._queue)} scripted repl(y/ies) not used: "
+                f"{list(self._queue)!r} (requests received: {len(self.requests)})"
+            )
+
+    # ----------------------------------------------------------------- helpers
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, but return early when the server is stopping."""
+        if seconds <= 0 or self._stopping.is_set():
+            return
+        try:
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+        except TimeoutError:
+            pass
+
+    async def _next_reply(self, recorded: RecordedRequest) -> ScriptedReply:
+        if self.responder is not None:
+            try:
+                result = self.responder(recorded)
+                if inspect.isawaitable(result):
+                    result = await result
+            except Exception as exc:
+                self.errors.append(exc)
+                return ErrorReply(status=500, message=f"FakeOpenAI: responder raised {exc!r}")
+            if not isinstance(result, Reply | ErrorReply | Hang):
+                message = f"FakeOpenAI: responder returned {result!r}"
+                self.errors.append(TypeError(message))
+                return ErrorReply(status=500, message=message)
+            return result
+        if not self._queue:
+            self.unexpected.append(recorded)
+            return ErrorReply(status=500, message=NO_REPLY_MESSAGE)
+        return self._queue.popleft()
+
+    def _tool_call_ids(self, reply: Reply) -> list[str]:
+        return [call.id or f"call_{next(self._call_ids)}" for call in reply.tool_calls]
+
+    @staticmethod
+    def _usage(reply: Reply, recorded: RecordedRequest) -> dict[str, int]:
+        if reply.usage is not None:
+            return reply.usage.to_json()
+        prompt_chars = len(json.dumps(recorded.messages)) + len(
+            json.dumps(recorded.body.get("tools") or [])
+        )
+        completion_chars = len(reply.text) + sum(
+            len(call.name) + len(call.arguments_json) for call in reply.tool_calls
+        )
+        return Usage(
+            prompt_tokens=prompt_chars // 4 + 1, completion_tokens=completion_chars // 4 + 1
+        ).to_json()
+
+    # ----------------------------------------------------------------- handlers
+
+    async def _handle_models(self, request: web.Request) -> web.Response:
+        models = self._models_seen or [DEFAULT_MODEL]
+        data = [
+            {"id": model, "object": "model", "created": 0, "owned_by": "fake-openai"}
+            for model in models
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _handle_chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response(
+                _error_body("FakeOpenAI: body is not valid JSON", "invalid_request_error"),
+                status=400,
+            )
+        if not isinstance(body, dict):
+            return web.json_response(
+                _error_body("FakeOpenAI: body must be a JSON object", "invalid_request_error"),
+                status=400,
+            )
+        recorded = RecordedRequest(
+            body=body, headers={k.lower(): v for k, v in request.headers.items()}
+        )
+        self.requests.append(recorded)
+        model = recorded.model or DEFAULT_MODEL
+        if model not in self._models_seen:
+            self._models_seen.append(model)
+
+        reply = await self._next_reply(recorded)
+        if isinstance(reply, Hang):
+            # Cancelled by aiohttp when the client disconnects; released by stop().
+            await self._stopping.wait()
+            return web.json_response(_error_body("FakeOpenAI: server stopping"), status=503)
+        await self._sleep(reply.delay)
+        if isinstance(reply, ErrorReply):
+            return web.json_response(_error_body(reply.message), status=reply.status)
+        if recorded.stream:
+            return await self._stream(request, recorded, reply, model)
+        return web.json_response(self._completion(recorded, reply, model))
+
+    def _completion(self, recorded: RecordedRequest, reply: Reply, model: str) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": reply.text if (reply.text or not reply.tool_calls) else None,
+            "refusal": None,
+        }
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments_json},
+                }
+                for call, call_id in zip(reply.tool_calls, self._tool_call_ids(reply), strict=True)
+            ]
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": None,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": reply.effective_finish_reason,
+                }
+            ],
+            "usage": self._usage(reply, recorded),
+        }
+
+    async def _stream(
+        self, request: web.Request, recorded: RecordedRequest, reply: Reply, model: str
+    ) -> web.StreamResponse:
+        include_usage = recorded.include_usage
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+            data: dict[str, Any] = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "system_fingerprint": None,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+                ],
+            }
+            if include_usage:
+                data["usage"] = None
+            return data
+
+        events: list[dict[str, Any]] = [chunk({"role": "assistant", "content": ""})]
+        events += [chunk({"content": piece}) for piece in _chunks(reply.text, self.chunk_size)]
+        for index, (call, call_id) in enumerate(
+            zip(reply.tool_calls, self._tool_call_ids(reply), strict=True)
+        ):
+            first = {
+                "index": index,
+                "id": call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }
+            events.append(chunk({"tool_calls": [first]}))
+            events += [
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                for piece in _chunks(call.arguments_json, self.chunk_size)
+            ]
+        events.append(chunk({}, reply.effective_finish_reason))
+        if include_usage:
+            final = chunk({})
+            final["choices"] = []
+            final["usage"] = self._usage(reply, recorded)
+            events.append(final)
+
+        response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+            },
+        )
+        await response.prepare(request)
+        try:
+            for position, event in enumerate(events):
+                if position:
+                    await self._sleep(reply.chunk_delay)
+                await response.write(f"data: {json.dumps(event)}\n\n".encode())
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except ConnectionError:
+            pass  # client went away mid-stream
+        return response
