@@ -1,0 +1,7 @@
+"""Persistence: SQLModel tables behind a few narrow async stores."""
+
+from bot.store.database import Database
+from bot.store.events import EventLedger
+from bot.store.sessions import SessionKey, SessionRecord, SessionStore
+
+__all__ = ["Database", "EventLedger", "SessionKey", "SessionRecord", "SessionStore"]

@@ -1,0 +1,99 @@
+"""Permission rules from baton.yaml: `tool` or `tool(glob on its main argument)`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from bot.tools.base import ArgumentKind
+
+_RULE = re.compile(r"^\s*(?P<tool>[A-Za-z_][A-Za-z0-9_-]*)\s*(?:\((?P<pattern>.*)\))?\s*$")
+
+
+@lru_cache(maxsize=512)
+def glob_to_regex(pattern: str, kind: ArgumentKind) -> re.Pattern[str]:
+    """Compile a rule's glob.
+
+    For commands `*` matches anything (`git status*`). For paths and patterns `*`
+    stays within one directory, `**` crosses directories, and a leading `**/`
+    also matches at the top (`**/.env` matches `.env`).
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if kind == "command":
+            out.append(".*" if char == "*" else "." if char == "?" else re.escape(char))
+            i += 1
+            continue
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif char == "*":
+            out.append("[^/]*")
+            i += 1
+        elif char == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(char))
+            i += 1
+    return re.compile("".join(out), re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rule:
+    """One rule: a tool name and, optionally, a glob its main argument must match."""
+
+    tool: str
+    pattern: str | None
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> Rule:
+        """Read `bash`, `bash(git status*)`, `read_file(**/.env)`; raise ValueError if malformed."""
+        if not isinstance(text, str):
+            raise ValueError(f"a rule must be a string, not {type(text).__name__}")
+        match = _RULE.match(text)
+        if match is None:
+            raise ValueError(
+                f"{text!r} is not a rule; write a tool name, optionally followed by a glob in "
+                "parentheses, e.g. bash(git status*) or read_file(**/.env)"
+            )
+        pattern = match.group("pattern")
+        if pattern is not None and not pattern.strip():
+            raise ValueError(f"{text!r} has an empty pattern in its parentheses")
+        return cls(tool=match.group("tool"), pattern=pattern, text=text.strip())
+
+    def matches(self, tool: str, values: Sequence[str], kind: ArgumentKind) -> bool:
+        """Whether this rule covers a call of `tool` whose main argument is any of `values`."""
+        if tool != self.tool:
+            return False
+        if self.pattern is None:
+            return True
+        regex = glob_to_regex(self.pattern, kind)
+        return any(regex.fullmatch(value) for value in values)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PermissionRules:
+    """The three rule lists; deny beats ask beats allow."""
+
+    allow: tuple[Rule, ...] = ()
+    ask: tuple[Rule, ...] = ()
+    deny: tuple[Rule, ...] = ()
+
+    @classmethod
+    def parse(
+        cls, *, allow: Iterable[str] = (), ask: Iterable[str] = (), deny: Iterable[str] = ()
+    ) -> PermissionRules:
+        return cls(
+            allow=tuple(Rule.parse(r) for r in allow),
+            ask=tuple(Rule.parse(r) for r in ask),
+            deny=tuple(Rule.parse(r) for r in deny),
+        )

@@ -1,0 +1,126 @@
+"""The database tables. Only `bot/store` sees these; the rest of Baton gets plain values."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, DateTime, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _timestamp(**kwargs: Any) -> Any:
+    return Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), **kwargs))
+
+
+class SessionRow(SQLModel, table=True):
+    """One conversation: a Slack thread (team, channel, thread ts) or a terminal chat."""
+
+    __tablename__ = "sessions"
+
+    id: int | None = Field(default=None, primary_key=True)
+    key: str = Field(unique=True, index=True, max_length=255)
+    kind: str = Field(max_length=16)
+    team_id: str | None = Field(default=None, max_length=32)
+    channel_id: str | None = Field(default=None, max_length=32, index=True)
+    thread_ts: str | None = Field(default=None, max_length=32)
+    created_at: datetime = _timestamp(nullable=False)
+    updated_at: datetime = _timestamp(nullable=False)
+
+
+class MessageRow(SQLModel, table=True):
+    """One message of a session, in order; tool calls and results kept whole."""
+
+    __tablename__ = "messages"
+    __table_args__ = (UniqueConstraint("session_id", "seq"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: int = Field(foreign_key="sessions.id", index=True)
+    seq: int
+    role: str = Field(max_length=16)
+    content: str | None = Field(default=None, sa_column=Column(Text))
+    tool_calls: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON))
+    tool_call_id: str | None = Field(default=None, max_length=128)
+    name: str | None = Field(default=None, max_length=128)
+    created_at: datetime = _timestamp(nullable=False)
+
+
+class TaskRow(SQLModel, table=True):
+    """A sub-agent run (foreground or background) and its outcome."""
+
+    __tablename__ = "tasks"
+
+    id: str = Field(primary_key=True, max_length=128)
+    session_id: int = Field(foreign_key="sessions.id", index=True)
+    channel_id: str | None = Field(default=None, max_length=32, index=True)
+    agent: str = Field(max_length=64)
+    description: str = Field(default="", max_length=255)
+    prompt: str = Field(sa_column=Column(Text, nullable=False))
+    background: bool = False
+    state: str = Field(default="running", max_length=16, index=True)
+    started_by: str | None = Field(default=None, max_length=32)
+    result: str | None = Field(default=None, sa_column=Column(Text))
+    error: str | None = Field(default=None, sa_column=Column(Text))
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    delivered: bool = False
+    created_at: datetime = _timestamp(nullable=False)
+    finished_at: datetime | None = Field(
+        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
+    )
+
+
+class TaskSequenceRow(SQLModel, table=True):
+    """The last number handed out per agent, so task ids stay unique across restarts."""
+
+    __tablename__ = "task_sequences"
+
+    agent: str = Field(primary_key=True, max_length=64)
+    last: int = 0
+
+
+class TaskLogRow(SQLModel, table=True):
+    """One line of a task's progress log."""
+
+    __tablename__ = "task_log"
+
+    id: int | None = Field(default=None, primary_key=True)
+    task_id: str = Field(foreign_key="tasks.id", index=True, max_length=128)
+    line: str = Field(sa_column=Column(Text, nullable=False))
+    created_at: datetime = _timestamp(nullable=False)
+
+
+class ApprovalRow(SQLModel, table=True):
+    """A request for a person's decision: pending → approved / denied / expired / cancelled."""
+
+    __tablename__ = "approvals"
+
+    id: str = Field(primary_key=True, max_length=64)
+    session_id: int = Field(foreign_key="sessions.id", index=True)
+    task_id: str | None = Field(default=None, max_length=128)
+    agent: str = Field(default="main", max_length=64)
+    tool: str = Field(max_length=64)
+    arguments: str = Field(sa_column=Column(Text, nullable=False))
+    reason: str = Field(sa_column=Column(Text, nullable=False))
+    state: str = Field(default="pending", max_length=16, index=True)
+    requested_by: str | None = Field(default=None, max_length=32)
+    decided_by: str | None = Field(default=None, max_length=32)
+    decided_at: datetime | None = Field(
+        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
+    )
+    channel_id: str | None = Field(default=None, max_length=32)
+    message_ts: str | None = Field(default=None, max_length=32)
+    created_at: datetime = _timestamp(nullable=False)
+
+
+class ProcessedEventRow(SQLModel, table=True):
+    """A Slack event (or message) already taken, so a retry or duplicate starts nothing."""
+
+    __tablename__ = "processed_events"
+
+    key: str = Field(primary_key=True, max_length=255)
+    created_at: datetime = _timestamp(nullable=False)

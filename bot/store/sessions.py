@@ -1,0 +1,154 @@
+"""Sessions and their message history, persisted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, select
+
+from bot.engine.messages import ChatMessage, ToolCall
+from bot.store.database import Database
+from bot.store.models import MessageRow, SessionRow, utcnow
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionKey:
+    """What identifies a conversation: a Slack thread, or a named terminal chat."""
+
+    kind: str
+    team_id: str | None = None
+    channel_id: str | None = None
+    thread_ts: str | None = None
+    name: str | None = None
+
+    @classmethod
+    def slack_thread(cls, *, team_id: str, channel_id: str, thread_ts: str) -> SessionKey:
+        return cls(kind="slack", team_id=team_id, channel_id=channel_id, thread_ts=thread_ts)
+
+    @classmethod
+    def terminal(cls, name: str = "default") -> SessionKey:
+        return cls(kind="chat", name=name)
+
+    @property
+    def key(self) -> str:
+        if self.kind == "slack":
+            return f"slack:{self.team_id}:{self.channel_id}:{self.thread_ts}"
+        return f"{self.kind}:{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRecord:
+    """A stored session."""
+
+    id: int
+    key: str
+    kind: str
+    team_id: str | None
+    channel_id: str | None
+    thread_ts: str | None
+    created_at: datetime
+
+
+def _record(row: SessionRow) -> SessionRecord:
+    assert row.id is not None
+    return SessionRecord(
+        id=row.id,
+        key=row.key,
+        kind=row.kind,
+        team_id=row.team_id,
+        channel_id=row.channel_id,
+        thread_ts=row.thread_ts,
+        created_at=row.created_at,
+    )
+
+
+class SessionStore:
+    """Finds or creates sessions and keeps their ordered message history."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    async def get_or_create(self, key: SessionKey) -> SessionRecord:
+        if existing := await self.find(key):
+            return existing
+        row = SessionRow(
+            key=key.key,
+            kind=key.kind,
+            team_id=key.team_id,
+            channel_id=key.channel_id,
+            thread_ts=key.thread_ts,
+        )
+        try:
+            async with self.database.sessions() as session:
+                session.add(row)
+                await session.commit()
+                return _record(row)
+        except IntegrityError:
+            # Another task or replica created it between our read and our insert.
+            found = await self.find(key)
+            assert found is not None
+            return found
+
+    async def find(self, key: SessionKey) -> SessionRecord | None:
+        async with self.database.sessions() as session:
+            result = await session.exec(select(SessionRow).where(SessionRow.key == key.key))
+            row = result.first()
+            return _record(row) if row else None
+
+    async def history(self, session_id: int) -> list[ChatMessage]:
+        async with self.database.sessions() as session:
+            result = await session.exec(
+                select(MessageRow)
+                .where(MessageRow.session_id == session_id)
+                .order_by(col(MessageRow.seq))
+            )
+            return [_message(row) for row in result.all()]
+
+    async def append(self, session_id: int, messages: Sequence[ChatMessage]) -> None:
+        """Add messages after the session's last one, in one transaction."""
+        if not messages:
+            return
+        async with self.database.sessions() as session:
+            result = await session.exec(
+                select(func.max(MessageRow.seq)).where(MessageRow.session_id == session_id)
+            )
+            last = result.one() or 0
+            for offset, message in enumerate(messages, start=1):
+                session.add(
+                    MessageRow(
+                        session_id=session_id,
+                        seq=last + offset,
+                        role=message.role,
+                        content=message.content,
+                        tool_calls=[c.to_openai() for c in message.tool_calls] or None,
+                        tool_call_id=message.tool_call_id,
+                        name=message.name,
+                    )
+                )
+            parent = await session.get(SessionRow, session_id)
+            if parent is not None:
+                parent.updated_at = utcnow()
+                session.add(parent)
+            await session.commit()
+
+
+def _message(row: MessageRow) -> ChatMessage:
+    calls = tuple(
+        ToolCall(
+            id=call["id"],
+            name=call["function"]["name"],
+            arguments=call["function"]["arguments"],
+        )
+        for call in row.tool_calls or ()
+    )
+    return ChatMessage(
+        role=row.role,  # type: ignore[arg-type]
+        content=row.content,
+        tool_calls=calls,
+        tool_call_id=row.tool_call_id,
+        name=row.name,
+    )

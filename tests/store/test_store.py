@@ -1,0 +1,118 @@
+"""Sessions, message history and the event ledger on a real SQLite database file."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bot.engine.messages import ChatMessage, ToolCall
+from bot.errors import ConfigError
+from bot.store import Database, EventLedger, SessionKey, SessionStore
+from bot.store.database import async_url
+
+
+@pytest.fixture
+async def database(tmp_path: Path) -> AsyncIterator[Database]:
+    db = Database(f"sqlite:///{tmp_path / 'baton.db'}")
+    await db.create_schema()
+    yield db
+    await db.close()
+
+
+THREAD = SessionKey.slack_thread(team_id="T1", channel_id="C1", thread_ts="1700000000.000100")
+
+CONVERSATION = [
+    ChatMessage(role="user", content="list the files", name="alice"),
+    ChatMessage(
+        role="assistant",
+        content=None,
+        tool_calls=(ToolCall(id="c1", name="list_dir", arguments='{"path": "."}'),),
+    ),
+    ChatMessage(role="tool", content="README.md\nsrc/", tool_call_id="c1", name="list_dir"),
+    ChatMessage(role="assistant", content="There is a README and src/."),
+]
+
+
+async def test_history_survives_a_restart(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'baton.db'}"
+    first = Database(url)
+    await first.create_schema()
+    store = SessionStore(first)
+    session = await store.get_or_create(THREAD)
+    await store.append(session.id, CONVERSATION[:2])
+    await store.append(session.id, CONVERSATION[2:])
+    await first.close()
+
+    second = Database(url)
+    await second.create_schema()
+    try:
+        store = SessionStore(second)
+        again = await store.get_or_create(THREAD)
+        assert again.id == session.id
+        assert (again.channel_id, again.thread_ts) == ("C1", "1700000000.000100")
+        assert await store.history(again.id) == CONVERSATION
+    finally:
+        await second.close()
+
+
+async def test_sessions_are_separate(database: Database) -> None:
+    store = SessionStore(database)
+    one = await store.get_or_create(THREAD)
+    other = await store.get_or_create(
+        SessionKey.slack_thread(team_id="T1", channel_id="C2", thread_ts="1700000000.000100")
+    )
+    chat = await store.get_or_create(SessionKey.terminal("dev"))
+    assert len({one.id, other.id, chat.id}) == 3
+    await store.append(one.id, CONVERSATION)
+    assert await store.history(other.id) == []
+    assert await store.history(chat.id) == []
+    assert chat.key == "chat:dev"
+
+
+async def test_concurrent_get_or_create_makes_one_session(database: Database) -> None:
+    store = SessionStore(database)
+    records = await asyncio.gather(*(store.get_or_create(THREAD) for _ in range(8)))
+    assert len({r.id for r in records}) == 1
+
+
+async def test_event_ledger_claims_once(database: Database) -> None:
+    ledger = EventLedger(database)
+    results = await asyncio.gather(*(ledger.claim("Ev123") for _ in range(5)))
+    assert sorted(results) == [False, False, False, False, True]
+    assert await ledger.claim("Ev124")
+
+
+def test_sqlite_uses_wal(tmp_path: Path) -> None:
+    async def journal_mode() -> str:
+        db = Database(f"sqlite:///{tmp_path / 'w.db'}")
+        await db.create_schema()
+        async with db.engine.connect() as connection:
+            result = await connection.exec_driver_sql("PRAGMA journal_mode")
+            mode = result.scalar_one()
+        await db.close()
+        return str(mode)
+
+    assert asyncio.run(journal_mode()).lower() == "wal"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("sqlite:///baton.db", "sqlite+aiosqlite:///baton.db"),
+        ("sqlite:////var/lib/baton.db", "sqlite+aiosqlite:////var/lib/baton.db"),
+        ("postgresql://u:p@db:5432/baton", "postgresql+asyncpg://u:p@db:5432/baton"),
+        ("postgresql+psycopg2://u@db/baton", "postgresql+asyncpg://u@db/baton"),
+        ("sqlite+aiosqlite:///x.db", "sqlite+aiosqlite:///x.db"),
+    ],
+)
+def test_plain_urls_get_an_async_driver(url: str, expected: str) -> None:
+    assert async_url(url) == expected
+
+
+@pytest.mark.parametrize("url", ["mysql://x/y", "not a url"])
+def test_unsupported_urls_are_config_errors(url: str) -> None:
+    with pytest.raises(ConfigError, match="DATABASE_URL"):
+        async_url(url)

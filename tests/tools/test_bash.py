@@ -1,0 +1,104 @@
+"""The bash tool: runs in the workspace, keeps secrets out, kills whole process groups."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from bot.tools import Workspace
+from bot.tools.shell import Bash, BashArgs, scrubbed_environment
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "State:\tZ" not in status.read_text()
+
+
+async def test_runs_in_the_workspace_and_reports_exit_code(workspace: Workspace) -> None:
+    bash = Bash(workspace, environment={"PATH": os.environ["PATH"]})
+    out = await bash.run(BashArgs(command="pwd; echo oops >&2; exit 4"))
+    assert out.splitlines() == ["exit code 4", str(workspace.root), "oops"]
+    assert await bash.run(BashArgs(command="true")) == "exit code 0 (no output)"
+
+
+async def test_secrets_are_not_passed_to_commands(workspace: Workspace) -> None:
+    environment = {
+        "PATH": os.environ["PATH"],
+        "SLACK_BOT_TOKEN": "xoxb-secret",
+        "OPENAI_API_KEY": "sk-secret",
+        "GITHUB_TOKEN": "ghp-secret",
+        "DATABASE_URL": "postgresql://u:p@h/db",
+        "LANG": "C.UTF-8",
+    }
+    bash = Bash(workspace, environment=environment)
+    out = await bash.run(BashArgs(command="env"))
+    for value in ("xoxb-secret", "sk-secret", "ghp-secret", "postgresql:"):
+        assert value not in out
+    assert "LANG=C.UTF-8" in out
+    assert set(scrubbed_environment(environment)) == {"PATH", "LANG"}
+
+
+async def test_timeout_kills_the_command_and_its_children(workspace: Workspace) -> None:
+    bash = Bash(workspace)
+    command = "sleep 300 & echo $! > child.pid; echo started; sleep 300"
+    out = await bash.run(BashArgs(command=command, timeout_s=1))
+    assert "started" in out
+    assert "timed out after 1 s" in out
+    child = int((workspace.root / "child.pid").read_text())
+    for _ in range(50):
+        if not alive(child):
+            break
+        await asyncio.sleep(0.05)
+    assert not alive(child)
+
+
+async def test_cancel_kills_the_process_group(workspace: Workspace) -> None:
+    bash = Bash(workspace)
+    task = asyncio.create_task(
+        bash.run(BashArgs(command="sleep 300 & echo $! > child.pid; sleep 300"))
+    )
+    pid_file = workspace.root / "child.pid"
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    child = int(pid_file.read_text())
+    for _ in range(50):
+        if not alive(child):
+            break
+        await asyncio.sleep(0.05)
+    assert not alive(child)
+
+
+async def test_output_is_capped_with_a_note(workspace: Workspace) -> None:
+    bash = Bash(workspace, output_limit=1000)
+    out = await bash.run(BashArgs(command="seq 1 100000"))
+    assert len(out) < 1300
+    assert out.startswith("exit code 0\n1\n2\n")
+    assert out.rstrip().endswith("100000")
+    assert "cut" in out
+
+
+async def test_empty_command_is_an_error(workspace: Workspace) -> None:
+    from bot.errors import ToolError
+
+    with pytest.raises(ToolError, match="empty"):
+        await Bash(workspace).run(BashArgs(command="  "))
+
+
+def test_timeout_bounds_are_validated() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        BashArgs(command="ls", timeout_s=601)
+    assert BashArgs(command="ls").timeout_s == 120

@@ -1,0 +1,94 @@
+"""The workspace jail: every way out is refused, protected paths are never writable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bot.errors import WorkspaceError
+from bot.tools import Workspace
+
+
+def test_relative_and_absolute_paths_inside_resolve(workspace: Workspace) -> None:
+    (workspace.root / "src").mkdir()
+    assert workspace.resolve("src") == workspace.root / "src"
+    assert (
+        workspace.resolve(str(workspace.root / "src" / "new.py")) == workspace.root / "src/new.py"
+    )
+    assert workspace.resolve("src/../src/a.py") == workspace.root / "src/a.py"
+    assert workspace.resolve(".") == workspace.root
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("/etc/passwd", "absolute path outside the workspace"),
+        ("../outside.txt", "escapes the workspace through '..'"),
+        ("src/../../outside.txt", "escapes the workspace through '..'"),
+        ("~/.bashrc", None),
+    ],
+)
+def test_escapes_are_refused(workspace: Workspace, path: str, reason: str | None) -> None:
+    if reason is None:
+        # '~' is not expanded: it is a directory named '~' inside the workspace.
+        assert workspace.resolve(path) == workspace.root / "~" / ".bashrc"
+        return
+    with pytest.raises(WorkspaceError, match=reason):
+        workspace.resolve(path)
+
+
+def test_symlinks_leading_out_are_refused(workspace: Workspace, tmp_path: Path) -> None:
+    outside = tmp_path / "secret"
+    outside.mkdir()
+    (outside / "key").write_text("s3cret")
+    os.symlink(outside, workspace.root / "link")
+    os.symlink(outside / "key", workspace.root / "keylink")
+    os.symlink(tmp_path / "missing", workspace.root / "dangling")
+    for path in ("link/key", "keylink", "link", "dangling"):
+        with pytest.raises(WorkspaceError, match="through a symbolic link"):
+            workspace.resolve(path)
+
+
+def test_symlinks_inside_are_followed(workspace: Workspace) -> None:
+    (workspace.root / "real").mkdir()
+    os.symlink(workspace.root / "real", workspace.root / "alias")
+    assert workspace.resolve("alias/x") == workspace.root / "real" / "x"
+
+
+@pytest.mark.parametrize("path", ["", "   ", "a\x00b"])
+def test_empty_and_nul_paths_are_refused(workspace: Workspace, path: str) -> None:
+    with pytest.raises(WorkspaceError):
+        workspace.resolve(path)
+
+
+def test_protected_paths_are_readable_but_never_writable(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    (workspace.root / ".baton" / "agents").mkdir(parents=True)
+    assert workspace.resolve(".baton/agents/x.md")
+    for path in (".baton", ".baton/agents/x.md", "./.baton/../.baton/skills/y.md"):
+        with pytest.raises(WorkspaceError, match="protected"):
+            workspace.resolve_for_write(path)
+    os.symlink(workspace.root / ".baton", workspace.root / "sneaky")
+    with pytest.raises(WorkspaceError, match="protected"):
+        workspace.resolve_for_write("sneaky/agents/evil.md")
+
+
+def test_the_config_file_inside_the_workspace_is_protected(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    config = root / "baton.yaml"
+    workspace = Workspace(root, protected_files=[config])
+    with pytest.raises(WorkspaceError, match="protected"):
+        workspace.resolve_for_write("baton.yaml")
+    os.symlink(config, root / "cfg-link")
+    with pytest.raises(WorkspaceError, match="protected"):
+        workspace.resolve_for_write("cfg-link")
+    assert workspace.resolve_for_write("other.yaml") == root / "other.yaml"
+
+
+def test_a_missing_workspace_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(WorkspaceError, match="not a directory"):
+        Workspace(tmp_path / "nope")
