@@ -1,0 +1,30 @@
+# `make run` starts the bot, `make test` runs the tests; both create .venv when missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run chat test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m bot
+
+chat: $(STAMP)
+	$(BIN)/python -m bot chat
+
+test: $(STAMP)
+	$(BIN)/ruff check bot tests
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check bot tests
+	$(BIN)/ruff format --check bot tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
