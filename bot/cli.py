@@ -1,0 +1,75 @@
+"""The `baton` command: `baton` runs the Slack bot, `baton chat` a terminal session."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from bot.config import Settings, load_settings
+from bot.errors import BatonError
+
+NO_TOKEN_MESSAGE = """\
+baton: SLACK_BOT_TOKEN is not set, so Baton cannot connect to Slack.
+
+To run in Slack, set:
+  SLACK_BOT_TOKEN       the bot token (xoxb-…) from your Slack app's OAuth page
+  and either
+  SLACK_SIGNING_SECRET  for HTTP mode (Slack calls POST /slack/events on PORT, default 3000)
+  or
+  SLACK_APP_TOKEN       an app-level token (xapp-…) for Socket Mode
+plus BATON_MODEL (or `model:` in baton.yaml) and OPENAI_API_KEY / OPENAI_BASE_URL.
+README.md explains creating the Slack app from manifest.yml.
+
+To try the agents without Slack, run:  baton chat
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="baton", description="Delegate work to AI agents from Slack or a terminal."
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    commands = parser.add_subparsers(dest="command")
+    commands.add_parser("run", help="run the Slack bot (the default)")
+    chat = commands.add_parser("chat", help="talk to the main agent in this terminal")
+    chat.add_argument(
+        "--session", default="default", help="name of the terminal session to continue"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = load_settings()
+        if args.command == "chat":
+            from bot.chat import run_chat
+
+            return asyncio.run(run_chat(settings, session_name=args.session))
+        return run_slack(settings)
+    except BatonError as exc:
+        print(f"baton: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def run_slack(settings: Settings) -> int:
+    if not settings.slack_bot_token:
+        print(NO_TOKEN_MESSAGE, file=sys.stderr, end="")
+        return 2
+    if not settings.socket_mode and not settings.slack_signing_secret:
+        print(
+            "baton: SLACK_SIGNING_SECRET is not set. HTTP mode needs it to verify Slack's "
+            "requests; set it, or set SLACK_APP_TOKEN to use Socket Mode.",
+            file=sys.stderr,
+        )
+        return 2
+    print(
+        "baton: this build has no Slack surface yet (bot/slack is the next milestone); "
+        "use `baton chat` to work with the agents in a terminal.",
+        file=sys.stderr,
+    )
+    return 2

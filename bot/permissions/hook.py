@@ -1,0 +1,151 @@
+"""The permission hook: rules, danger patterns and protected paths, decided per tool call."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+
+from bot.engine.hooks import HookDecision, ToolInvocation
+from bot.errors import WorkspaceError
+from bot.permissions.danger import find_command_danger, find_path_danger
+from bot.permissions.rules import PermissionRules, Rule
+from bot.permissions.shell_words import (
+    CommandParseError,
+    command_words,
+    effective_command,
+    redirect_targets,
+    split_segments,
+)
+from bot.tools.base import Tool
+from bot.tools.workspace import PROTECTED_DIR, Workspace
+
+# Programs that only read: naming a protected path in them is harmless.
+READ_ONLY_PROGRAMS = frozenset(
+    {"cat", "ls", "head", "tail", "less", "more", "grep", "rg", "wc", "stat", "file", "diff",
+     "tree", "du", "md5sum", "sha256sum", "shasum", "echo", "printf", "test", "["}
+)  # fmt: skip
+
+
+class PermissionHook:
+    """Decides allow / deny / ask for each tool call from the rules in baton.yaml.
+
+    Order: a deny rule refuses; a protected path refuses; a built-in danger pattern
+    asks (its reason is the one reported, whatever `allow` says); an ask rule asks;
+    an allow rule allows; otherwise read-only tools are allowed and the rest ask.
+    """
+
+    def __init__(self, rules: PermissionRules, workspace: Workspace) -> None:
+        self.rules = rules
+        self.workspace = workspace
+
+    async def __call__(self, invocation: ToolInvocation) -> HookDecision:
+        return self.check(invocation.tool, invocation.arguments)
+
+    def check(self, tool: Tool, arguments: object) -> HookDecision:
+        value = _main_value(tool, arguments)
+        if tool.argument_kind == "command" and value is not None:
+            return self._check_command(tool, value)
+        values = self._path_values(value) if value is not None else []
+        if denied := _first_match(self.rules.deny, tool, values):
+            return HookDecision.deny(f"the rule deny: {denied.text} forbids it")
+        if value is not None and tool.argument_kind == "path":
+            for candidate in {value, *values}:
+                if danger := find_path_danger(candidate):
+                    return HookDecision.ask(danger.reason, risk=danger.pattern)
+        if asked := _first_match(self.rules.ask, tool, values):
+            return HookDecision.ask(f"the rule ask: {asked.text} matches it")
+        if allowed := _first_match(self.rules.allow, tool, values):
+            return HookDecision.allow(f"the rule allow: {allowed.text} matches it")
+        return self._default(tool)
+
+    def _check_command(self, tool: Tool, command: str) -> HookDecision:
+        try:
+            segments = [" ".join(command_words(s)) for s in split_segments(command)]
+        except CommandParseError:
+            segments = []
+        values = [command, *segments]
+        if denied := _first_match(self.rules.deny, tool, values):
+            return HookDecision.deny(f"the rule deny: {denied.text} forbids it")
+        if reason := self._protected_reason(command):
+            return HookDecision.deny(reason)
+        if danger := find_command_danger(command):
+            return HookDecision.ask(danger.reason, risk=danger.pattern)
+        if asked := _first_match(self.rules.ask, tool, values):
+            return HookDecision.ask(f"the rule ask: {asked.text} matches it")
+        # A compound command is allowed only when every part of it is: an allow rule
+        # for `git status*` must not let `git status && curl … ` through.
+        parts = segments or [command]
+        allowing = [_first_match(self.rules.allow, tool, [part]) for part in parts]
+        if all(allowing):
+            names = ", ".join(sorted({rule.text for rule in allowing if rule}))
+            return HookDecision.allow(f"the rule allow: {names} matches it")
+        return self._default(tool)
+
+    def _default(self, tool: Tool) -> HookDecision:
+        if tool.read_only:
+            return HookDecision.allow("read-only tool")
+        return HookDecision.ask(
+            f"{tool.name} can change files or run programs, and no rule allows it"
+        )
+
+    def _path_values(self, value: str) -> list[str]:
+        """The ways a path argument can be written: as given, workspace-relative, absolute."""
+        values = [value, os.path.normpath(value)]
+        try:
+            resolved = self.workspace.resolve(value)
+        except WorkspaceError:
+            return values
+        values += [self.workspace.relative(resolved), str(resolved)]
+        return list(dict.fromkeys(values))
+
+    def _protected_reason(self, command: str) -> str | None:
+        """Refuse commands that could write Baton's config or `.baton/`.
+
+        This reads the command's words, so it stops plain attempts (`rm -r .baton`,
+        `echo x > baton.yaml`); the file tools enforce the same rule by path.
+        """
+        try:
+            segments = split_segments(command)
+        except CommandParseError:
+            return None
+        for segment in segments:
+            words = command_words(segment)
+            program = effective_command(words)
+            name = PurePosixPath(program[0]).name if program else ""
+            targets = redirect_targets(segment)
+            for word in (*words, *targets):
+                if not self._names_protected(word):
+                    continue
+                if word in targets or name not in READ_ONLY_PROGRAMS:
+                    return (
+                        f"{word!r} is protected: Baton's configuration and {PROTECTED_DIR}/ "
+                        "cannot be changed by any tool"
+                    )
+        return None
+
+    def _names_protected(self, word: str) -> bool:
+        if PROTECTED_DIR in PurePosixPath(word).parts:
+            return True
+        for protected in self.workspace.protected_files:
+            if word == str(protected):
+                return True
+            if PurePosixPath(word).name == protected.name:
+                candidate = Path(word) if os.path.isabs(word) else self.workspace.root / word
+                if os.path.realpath(candidate) == str(protected):
+                    return True
+        return False
+
+
+def _main_value(tool: Tool, arguments: object) -> str | None:
+    if tool.main_argument is None:
+        return None
+    value = getattr(arguments, tool.main_argument, None)
+    return value if isinstance(value, str) else None
+
+
+def _first_match(rules: Sequence[Rule], tool: Tool, values: Sequence[str]) -> Rule | None:
+    for rule in rules:
+        if rule.matches(tool.name, values, tool.argument_kind):
+            return rule
+    return None

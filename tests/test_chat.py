@@ -1,0 +1,136 @@
+"""`python -m bot` and `baton chat`, run as real processes against the fake model server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.openai_api import FakeOpenAI, Reply, ToolCallSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("SLACK_", "OPENAI_", "BATON_")) and name != "DATABASE_URL"
+    }
+    env.update(extra)
+    return env
+
+
+async def chat(tmp_path: Path, fake: FakeOpenAI, stdin: str, *args: str) -> tuple[int, str, str]:
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    env = base_env(
+        tmp_path,
+        OPENAI_BASE_URL=fake.url,
+        OPENAI_API_KEY="sk-test",
+        BATON_MODEL="fake-model",
+        BATON_WORKSPACE=str(workspace),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'chat.db'}",
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "chat", *args,
+        cwd=tmp_path, env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(stdin.encode()), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def test_without_a_slack_token_the_bot_explains_what_to_set(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bot"],
+        cwd=tmp_path, env=base_env(tmp_path), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    for expected in ("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_APP_TOKEN", "baton chat"):
+        assert expected in result.stderr
+
+
+def test_a_bad_config_stops_the_bot_naming_key_and_file(tmp_path: Path) -> None:
+    (tmp_path / "baton.yaml").write_text("model: m\nmax_turn: 5\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", "chat"],
+        cwd=tmp_path, env=base_env(tmp_path), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "unknown key 'max_turn'" in result.stderr
+    assert str(tmp_path / "baton.yaml") in result.stderr
+
+
+def test_chat_without_a_model_says_how_to_set_one(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", "chat"],
+        cwd=tmp_path, env=base_env(tmp_path), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "BATON_MODEL" in result.stderr
+
+
+async def test_chat_streams_asks_for_approval_and_remembers(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("write_file", {"path": "hello.txt", "content": "hi\n"})]),
+        Reply(text="I wrote hello.txt for you."),
+    )
+    code, out, err = await chat(tmp_path, fake_llm, "please write hello\ny\n")
+    assert code == 0, err
+    assert "▸ write_file hello.txt" in out
+    assert "write_file needs your approval" in out
+    assert "Approve? [y/N]" in out
+    assert "✓ write_file" in out
+    assert "I wrote hello.txt for you." in out
+    assert "2 turns" in out
+    assert (tmp_path / "ws" / "hello.txt").read_text() == "hi\n"
+
+    fake_llm.script(Reply(text="Earlier I wrote hello.txt."))
+    code, out, err = await chat(tmp_path, fake_llm, "what did you do?\n")
+    assert code == 0, err
+    assert "4 earlier messages" in out
+    assert "Earlier I wrote hello.txt." in out
+    contents = [m["content"] for m in fake_llm.requests[-1].messages]
+    assert "please write hello" in contents and "what did you do?" in contents
+    fake_llm.assert_all_used()
+
+
+async def test_chat_denial_is_told_to_the_model(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.script(
+        Reply(tool_calls=[ToolCallSpec("bash", {"command": "rm -rf build"})]),
+        Reply(text="Understood, I did not delete it."),
+    )
+    code, out, err = await chat(tmp_path, fake_llm, "clean up\nn\n")
+    assert code == 0, err
+    assert "bash needs your approval" in out
+    assert "✗ bash" in out
+    tool_result = fake_llm.requests[1].messages[-1]
+    assert tool_result["role"] == "tool"
+    assert "denied" in tool_result["content"]
+
+
+async def test_sessions_are_separate(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    fake_llm.script(Reply(text="one"), Reply(text="two"))
+    await chat(tmp_path, fake_llm, "first secret\n", "--session", "a")
+    code, out, _ = await chat(tmp_path, fake_llm, "hello\n", "--session", "b")
+    assert code == 0 and "earlier messages" not in out
+    assert all(m["content"] != "first secret" for m in fake_llm.requests[-1].messages)
+
+
+@pytest.mark.parametrize("command", ["/exit\n", ""])
+async def test_chat_leaves_on_exit_or_end_of_input(
+    tmp_path: Path, fake_llm: FakeOpenAI, command: str
+) -> None:
+    code, out, _ = await chat(tmp_path, fake_llm, command)
+    assert code == 0 and "Baton chat" in out
+    assert fake_llm.requests == []
