@@ -8,13 +8,16 @@ from dataclasses import dataclass
 import openai
 
 from bot.config import Settings
-from bot.engine import ApprovalFunc, Engine, LLMClient
+from bot.engine import LLMClient
 from bot.errors import ConfigError
 from bot.permissions.hook import PermissionHook
 from bot.permissions.rules import PermissionRules
-from bot.sessions import Conversations, main_system_prompt
+from bot.sessions import Conversations, MainAgent, main_system_prompt
 from bot.store import Database, EventLedger, SessionStore
+from bot.store.tasks import TaskStore
+from bot.subagents import BUILTIN_AGENTS, AgentRegistry, SubAgentRunner, TaskTracker
 from bot.tools import ToolRegistry, Workspace, build_workspace_tools
+from bot.tools.workspace import PROTECTED_DIR
 
 LLM_TIMEOUT_S = 300.0
 
@@ -31,12 +34,22 @@ class Baton:
     workspace: Workspace
     tools: ToolRegistry
     permissions: PermissionHook
+    agents: AgentRegistry
+    tracker: TaskTracker
+    runner: SubAgentRunner
     conversations: Conversations
     events: EventLedger
 
     async def close(self) -> None:
+        await self.tracker.shutdown()
         await self.openai_client.close()
         await self.database.close()
+
+
+def build_agent_registry(settings: Settings) -> AgentRegistry:
+    """Agent files from `<workspace>/.baton/agents`, then `agent_dirs`, then built-ins."""
+    roots = [settings.workspace / PROTECTED_DIR / "agents", *settings.agent_dirs]
+    return AgentRegistry(roots, BUILTIN_AGENTS)
 
 
 async def build_baton(settings: Settings) -> Baton:
@@ -69,19 +82,27 @@ async def build_baton(settings: Settings) -> Baton:
         workspace,
     )
     llm = LLMClient(openai_client)
-    system_prompt = main_system_prompt(workspace.root)
-
-    def build_main_engine(approval: ApprovalFunc | None) -> Engine:
-        return Engine(
-            llm=llm,
-            model=model,
-            tools=tools,
-            system_prompt=system_prompt,
-            hooks=[permissions],
-            approval=approval,
-            max_turns=settings.max_turns,
-        )
-
+    agents = build_agent_registry(settings)
+    tracker = TaskTracker(TaskStore(database))
+    runner = SubAgentRunner(
+        llm=llm,
+        tracker=tracker,
+        hooks=[permissions],
+        workspace=workspace.root,
+        skills_dir=workspace.protected_dir / "skills",
+        default_max_turns=settings.max_turns,
+        max_background_tasks=settings.max_background_tasks,
+    )
+    main_agent = MainAgent(
+        llm=llm,
+        model=model,
+        tools=tools,
+        hooks=[permissions],
+        system_prompt=main_system_prompt(workspace.root),
+        max_turns=settings.max_turns,
+        registry=agents,
+        runner=runner,
+    )
     return Baton(
         settings=settings,
         model=model,
@@ -91,6 +112,11 @@ async def build_baton(settings: Settings) -> Baton:
         workspace=workspace,
         tools=tools,
         permissions=permissions,
-        conversations=Conversations(store=SessionStore(database), build_engine=build_main_engine),
+        agents=agents,
+        tracker=tracker,
+        runner=runner,
+        conversations=Conversations(
+            store=SessionStore(database), main_agent=main_agent, tracker=tracker
+        ),
         events=EventLedger(database),
     )

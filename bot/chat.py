@@ -8,7 +8,8 @@ import json
 import signal
 import sys
 import threading
-from typing import TextIO
+from collections.abc import Coroutine
+from typing import Any, TextIO
 
 from bot.app import Baton, build_baton
 from bot.config import Settings
@@ -22,12 +23,22 @@ from bot.engine import (
     ToolResult,
     ToolStart,
 )
+from bot.sessions import UnknownAgentError
 from bot.store import SessionKey
+from bot.store.tasks import TaskRecord
+from bot.subagents import SubAgentEvent
+from bot.subagents.runner import describe_event
+
+STATE_MARKS = {"running": "●", "completed": "✓", "failed": "✗", "cancelled": "⊘"}
 
 HELP = """\
 Type a message and press Enter. Commands:
-  /help   this help
-  /exit   leave (Ctrl-D works too)
+  @AGENT TEXT   run one sub-agent directly (no main agent), e.g. @explore where is X?
+  /agents       list the sub-agents
+  /tasks [ID]   list this session's tasks, or show one with its log
+  /cancel ID    cancel a running background task
+  /help         this help
+  /exit         leave (Ctrl-D works too)
 Ctrl-C stops the answer in progress. The conversation is kept: run `baton chat` again
 to continue it, or `baton chat --session NAME` for a separate one."""
 
@@ -77,6 +88,9 @@ class TerminalChat:
 
     async def loop(self) -> None:
         self.reader = _LineReader(self.stdin, asyncio.get_running_loop())
+        self.session_id = (await self.baton.conversations.store.get_or_create(self.key)).id
+        self.baton.tracker.on_finish(self.notify_finished)
+        await self.baton.tracker.recover()
         history = await self.baton.conversations.history(self.key)
         resumed = f", {len(history)} earlier messages" if history else ""
         self.line(
@@ -86,22 +100,30 @@ class TerminalChat:
         while True:
             self.write("> ")
             text = await self.reader.next()
-            if text is None:
+            if text is None or text.strip() in {"/exit", "/quit"}:
                 self.line("")
+                await self._finish_background()
                 return
             text = text.strip()
             if not text:
                 continue
-            if text in {"/exit", "/quit"}:
-                return
             if text == "/help":
                 self.line(HELP)
-                continue
-            await self._run_turn(text)
+            elif text == "/agents":
+                self._show_agents()
+            elif text == "/tasks" or text.startswith("/tasks "):
+                await self._show_tasks(text.removeprefix("/tasks").strip())
+            elif text.startswith("/cancel"):
+                await self._cancel(text.removeprefix("/cancel").strip())
+            elif text.startswith("@"):
+                name, _, rest = text[1:].partition(" ")
+                await self._run_turn(self._direct(name, rest.strip()))
+            else:
+                await self._run_turn(self._consume(text))
 
-    async def _run_turn(self, text: str) -> None:
+    async def _run_turn(self, work: Coroutine[Any, Any, None]) -> None:
         loop = asyncio.get_running_loop()
-        turn = asyncio.create_task(self._consume(text))
+        turn = asyncio.create_task(work)
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, turn.cancel)
         try:
@@ -116,9 +138,94 @@ class TerminalChat:
 
     async def _consume(self, text: str) -> None:
         async for event in self.baton.conversations.run_turn(
-            self.key, text, approval=self._approve
+            self.key, text, approval=self._approve, progress=self._show_child
         ):
             self._show(event)
+
+    async def _direct(self, name: str, text: str) -> None:
+        if not text:
+            self.line(f"Write the task after the name: @{name or 'explore'} what to do")
+            return
+        try:
+            outcome = await self.baton.conversations.run_agent(
+                self.key, name, text, approval=self._approve, progress=self._show_child
+            )
+        except UnknownAgentError as exc:
+            self.line(f"✗ {exc}")
+            return
+        self.line(f"◆ {outcome.agent} ({outcome.task_id}, {outcome.state}):")
+        if outcome.error:
+            self.line(f"✗ {outcome.error}")
+        self.line(outcome.text or "(no text)")
+        self.line(
+            f"── {outcome.turns} turns · {outcome.usage.prompt_tokens:,} in / "
+            f"{outcome.usage.completion_tokens:,} out tokens"
+        )
+
+    async def _finish_background(self) -> None:
+        running = self.baton.tracker.running_here
+        if not running:
+            return
+        self.line(f"Waiting for {running} background task(s) to finish (Ctrl-C stops them)…")
+        await self._run_turn(self.baton.tracker.wait_for_children())
+
+    def _show_child(self, update: SubAgentEvent) -> None:
+        if update.background:
+            return  # background work is reported when it finishes
+        if line := describe_event(update.event):
+            self.line(f"  [{update.agent}] {line}")
+
+    async def notify_finished(self, record: TaskRecord) -> None:
+        """Tell the person a background task of this session ended."""
+        if record.session_id != self.session_id:
+            return
+        mark = STATE_MARKS.get(record.state, "?")
+        self.line(
+            f"{mark} background {record.id} ({record.agent}) {record.state}; its result "
+            "goes into your next message. /tasks " + record.id + " shows it."
+        )
+
+    def _show_agents(self) -> None:
+        for definition in self.baton.agents.definitions():
+            self.line(f"  {definition.name}: {definition.description}")
+
+    async def _show_tasks(self, task_id: str) -> None:
+        if task_id:
+            detail = await self.baton.tracker.get(task_id)
+            if detail is None or detail.task.session_id != self.session_id:
+                self.line(f"✗ no task {task_id!r} in this session")
+                return
+            task = detail.task
+            self.line(f"{STATE_MARKS.get(task.state, '?')} {task.id} · {task.agent} · {task.state}")
+            self.line(f"prompt: {task.prompt}")
+            for entry in detail.log:
+                self.line(f"  {entry}")
+            if task.result:
+                self.line("— result —")
+                self.line(task.result)
+            if task.error:
+                self.line(f"error: {task.error}")
+            return
+        tasks = await self.baton.tracker.list(session_id=self.session_id)
+        if not tasks:
+            self.line("no tasks in this session yet")
+            return
+        running, done = await self.baton.tracker.counts(session_id=self.session_id)
+        self.line(f"⚙ {running} running · {done} done")
+        for task in tasks:
+            prompt = " ".join(task.prompt.split())[:48]
+            self.line(
+                f"  {STATE_MARKS.get(task.state, '?')} {task.id}  {task.agent}  "
+                f'{task.description}  "{prompt}"'
+            )
+
+    async def _cancel(self, task_id: str) -> None:
+        detail = await self.baton.tracker.get(task_id) if task_id else None
+        if detail is None or detail.task.session_id != self.session_id:
+            self.line(f"✗ no task {task_id!r} in this session")
+            return
+        record = await self.baton.tracker.cancel(task_id, by="the terminal")
+        self.line(f"⊘ cancelled {task_id}" if record else f"{task_id} is not running")
 
     def _show(self, event: RunEvent) -> None:
         if isinstance(event, TextDelta):

@@ -34,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("run", help="run the Slack bot (the default)")
+    commands.add_parser("agents", help="list the sub-agents, invalid files and shadowing")
     chat = commands.add_parser("chat", help="talk to the main agent in this terminal")
     chat.add_argument(
         "--session", default="default", help="name of the terminal session to continue"
@@ -44,6 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         settings = load_settings()
+        if args.command == "agents":
+            print(render_agents(settings), end="")
+            return 0
         if args.command == "chat":
             from bot.chat import run_chat
 
@@ -54,6 +58,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def render_agents(settings: Settings) -> str:
+    """The `baton agents` report: every agent with its effective tools, then problems."""
+    from bot.app import build_agent_registry
+    from bot.tools import Workspace, build_workspace_tools
+
+    registry = build_agent_registry(settings)
+    tools = build_workspace_tools(Workspace(settings.workspace), environment={})
+    rows = [("NAME", "SOURCE", "TOOLS", "MODEL", "MAX TURNS")]
+    for definition in registry.definitions():
+        shown = ", ".join(definition.resolve_tools(tools).names()) or "none"
+        if not definition.tools and not definition.disallowed_tools:
+            shown += " (inherits all)"
+        rows.append(
+            (
+                definition.name,
+                definition.source,
+                shown,
+                definition.model or f"(inherits: {settings.model or 'unset'})",
+                str(definition.max_turns or settings.max_turns),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = [
+        "  ".join(cell.ljust(widths[i]) if i < 4 else cell for i, cell in enumerate(row)).rstrip()
+        for row in rows
+    ]
+    if registry.invalid:
+        lines += ["", "Invalid agent files (skipped):"]
+        lines += [f"  {item.path}: {item.reason}" for item in registry.invalid]
+    if registry.shadowed:
+        lines += ["", "Shadowed definitions (an earlier root wins):"]
+        lines += [
+            f"  {item.name} from {item.source} is shadowed by {item.shadowed_by}"
+            for item in registry.shadowed
+        ]
+    return "\n".join(lines) + "\n"
 
 
 def run_slack(settings: Settings) -> int:

@@ -11,6 +11,8 @@ from typing import Any
 import openai
 import pytest
 
+from bot.app import Baton, build_baton
+from bot.config import PermissionsConfig, Settings
 from bot.engine.llm import LLMClient
 from bot.tools.workspace import Workspace
 from tests.fakes.openai_api import FakeOpenAI
@@ -81,3 +83,38 @@ def workspace(tmp_path: Path) -> Workspace:
     root = tmp_path / "ws"
     root.mkdir()
     return Workspace(root, protected_files=[tmp_path / "baton.yaml"])
+
+
+def make_settings(tmp_path: Path, llm_url: str, **overrides: Any) -> Settings:
+    """Settings as the operator would give them, pointing at local fakes."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    values: dict[str, Any] = {
+        "slack_bot_token": None,
+        "slack_signing_secret": None,
+        "slack_app_token": None,
+        "slack_api_url": "http://127.0.0.1:9/api/",
+        "port": 3000,
+        "openai_api_key": "sk-test",
+        "openai_base_url": llm_url,
+        "model": "fake-model",
+        "database_url": f"sqlite:///{tmp_path / 'baton.db'}",
+        "workspace": workspace.resolve(),
+        "config_path": None,
+        "max_turns": 50,
+        "max_background_tasks": 16,
+        "approval_timeout_s": 600,
+        "approvers": (),
+        "agent_dirs": (tmp_path / "agents",),
+        "permissions": PermissionsConfig(),
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+async def baton(tmp_path: Path, fake_llm: FakeOpenAI) -> AsyncIterator[Baton]:
+    """The real composition root over a fresh database, the fake LLM and a temp workspace."""
+    app = await build_baton(make_settings(tmp_path, fake_llm.url))
+    yield app
+    await app.close()

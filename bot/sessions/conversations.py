@@ -1,16 +1,25 @@
-"""Turns of a conversation: history in, one engine run, new messages persisted."""
+"""Turns of a conversation: history in, one run, new messages persisted."""
 
 from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
-from bot.engine import ApprovalFunc, ChatMessage, Engine, RunEvent
+from bot.engine import ApprovalFunc, ChatMessage, RunEvent
 from bot.engine.messages import repair_history
-from bot.store import SessionKey, SessionRecord, SessionStore
+from bot.sessions.main_agent import MainAgent, Turn
+from bot.store import SessionKey, SessionStore
+from bot.subagents import ProgressSink, TaskOutcome, TaskTracker, render_finished_tasks
 
-EngineFactory = Callable[[ApprovalFunc | None], Engine]
+
+class UnknownAgentError(LookupError):
+    """`@name` named no registered sub-agent."""
+
+    def __init__(self, name: str, available: list[str]) -> None:
+        super().__init__(f"there is no agent named {name!r}; available: {', '.join(available)}")
+        self.name = name
+        self.available = available
 
 
 class Conversations:
@@ -20,9 +29,10 @@ class Conversations:
     messages in one thread can never interleave their histories.
     """
 
-    def __init__(self, *, store: SessionStore, build_engine: EngineFactory) -> None:
+    def __init__(self, *, store: SessionStore, main_agent: MainAgent, tracker: TaskTracker) -> None:
         self.store = store
-        self.build_engine = build_engine
+        self.main_agent = main_agent
+        self.tracker = tracker
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     def lock_for(self, key: SessionKey) -> asyncio.Lock:
@@ -32,29 +42,82 @@ class Conversations:
             self._locks[key.key] = lock
         return lock
 
-    async def open(self, key: SessionKey) -> SessionRecord:
-        return await self.store.get_or_create(key)
-
     async def history(self, key: SessionKey) -> list[ChatMessage]:
         session = await self.store.get_or_create(key)
         return await self.store.history(session.id)
 
     async def run_turn(
-        self, key: SessionKey, text: str, *, approval: ApprovalFunc | None = None
+        self,
+        key: SessionKey,
+        text: str,
+        *,
+        approval: ApprovalFunc | None = None,
+        user_id: str | None = None,
+        progress: ProgressSink | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Run the main agent on `text` in session `key`, yielding its events.
 
-        What the run added to the conversation is saved even when the run is
-        cancelled half-way, so the next turn knows what was already done.
+        Background results that finished since the last turn go first, once. What
+        the run added is saved even when it is cancelled half-way.
         """
         session = await self.store.get_or_create(key)
         async with self.lock_for(key):
             history = repair_history(await self.store.history(session.id))
-            engine = self.build_engine(approval)
+            finished = await self.tracker.drain_completed(session.id)
+            prompt = f"{render_finished_tasks(finished)}\n\n{text}" if finished else text
+            turn = Turn(session=session, approval=approval, user_id=user_id, progress=progress)
+            engine = self.main_agent.build_engine(turn)
             transcript: list[ChatMessage] = []
             try:
-                async for event in engine.run_stream(text, history=history, transcript=transcript):
+                async for event in engine.run_stream(
+                    prompt, history=history, transcript=transcript
+                ):
                     yield event
             finally:
                 # Shielded: a cancelled turn still records what it did.
                 await asyncio.shield(self.store.append(session.id, list(transcript)))
+
+    async def run_agent(
+        self,
+        key: SessionKey,
+        agent: str,
+        text: str,
+        *,
+        approval: ApprovalFunc | None = None,
+        user_id: str | None = None,
+        progress: ProgressSink | None = None,
+    ) -> TaskOutcome:
+        """`@agent text`: run one sub-agent directly in the foreground, no main LLM call.
+
+        The exchange is written to the session's history, so the main agent knows of
+        it next turn.
+        """
+        registry = self.main_agent.registry
+        definition = registry.get(agent)
+        if definition is None:
+            raise UnknownAgentError(agent, registry.names())
+        session = await self.store.get_or_create(key)
+        async with self.lock_for(key):
+            turn = Turn(session=session, approval=approval, user_id=user_id, progress=progress)
+            outcome = await self.main_agent.runner.run_foreground(
+                definition,
+                text,
+                description=text[:60],
+                parent=self.main_agent.parent_context(turn),
+            )
+            reply = (
+                outcome.text
+                if outcome.state == "completed"
+                else (f"[{outcome.state}: {outcome.error}]\n{outcome.text}".strip())
+            )
+            await self.store.append(
+                session.id,
+                [
+                    ChatMessage(role="user", content=f"@{agent} {text}"),
+                    ChatMessage(
+                        role="assistant",
+                        content=f"[{agent} sub-agent, task {outcome.task_id}] {reply}",
+                    ),
+                ],
+            )
+            return outcome

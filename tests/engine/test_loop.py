@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-from pathlib import Path
 
 import openai
 import pytest
@@ -27,6 +25,7 @@ from bot.engine import (
 )
 from bot.tools import ToolRegistry, Workspace, build_workspace_tools
 from tests.fakes.openai_api import ErrorReply, FakeOpenAI, Hang, Reply, ToolCallSpec, Usage
+from tests.processes import alive
 
 
 def make_engine(llm: LLMClient, workspace: Workspace, **kwargs: object) -> Engine:
@@ -253,17 +252,7 @@ async def test_cancelling_the_run_kills_running_tools(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 5)
-    assert not _alive(pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it is dead for our purposes.
-    status = Path(f"/proc/{pid}/status")
-    return status.exists() and "State:\tZ" not in status.read_text()
+    assert not alive(pid)
 
 
 class RecordingHook:

@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from pathlib import Path
 
 import pytest
 
 from bot.tools import Workspace
 from bot.tools.shell import Bash, BashArgs, scrubbed_environment
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/status")
-    return status.exists() and "State:\tZ" not in status.read_text()
+from tests.processes import alive
 
 
 async def test_runs_in_the_workspace_and_reports_exit_code(workspace: Workspace) -> None:

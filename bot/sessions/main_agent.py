@@ -1,0 +1,77 @@
+"""The main agent: its engine for one turn, and what its sub-agents inherit from it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bot.engine import ApprovalFunc, Engine, Hook, LLMClient
+from bot.store import SessionRecord
+from bot.subagents import (
+    AgentRegistry,
+    ParentContext,
+    ProgressSink,
+    SubAgentRunner,
+    TaskTool,
+)
+from bot.tools import ToolRegistry
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Turn:
+    """Who and what one turn is for."""
+
+    session: SessionRecord
+    approval: ApprovalFunc | None = None
+    user_id: str | None = None
+    progress: ProgressSink | None = None
+
+
+class MainAgent:
+    """Builds the main agent's engine per turn, with a `task` tool bound to that turn."""
+
+    def __init__(
+        self,
+        *,
+        llm: LLMClient,
+        model: str,
+        tools: ToolRegistry,
+        hooks: Sequence[Hook],
+        system_prompt: str,
+        max_turns: int,
+        registry: AgentRegistry,
+        runner: SubAgentRunner,
+    ) -> None:
+        self.llm = llm
+        self.model = model
+        self.tools = tools
+        self.hooks = tuple(hooks)
+        self.system_prompt = system_prompt
+        self.max_turns = max_turns
+        self.registry = registry
+        self.runner = runner
+
+    def parent_context(self, turn: Turn) -> ParentContext:
+        return ParentContext(
+            tools=self.tools,
+            model=self.model,
+            approval=turn.approval,
+            session_id=turn.session.id,
+            channel_id=turn.session.channel_id,
+            user_id=turn.user_id,
+            progress=turn.progress,
+        )
+
+    def build_engine(self, turn: Turn) -> Engine:
+        task_tool = TaskTool(
+            registry=self.registry, runner=self.runner, parent=self.parent_context(turn)
+        )
+        return Engine(
+            llm=self.llm,
+            model=self.model,
+            tools=self.tools.with_tools([task_tool]),
+            system_prompt=self.system_prompt,
+            hooks=self.hooks,
+            approval=turn.approval,
+            max_turns=self.max_turns,
+        )

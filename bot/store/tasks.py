@@ -1,0 +1,276 @@
+"""Sub-agent tasks, their logs, and the hand-over of background results, persisted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from sqlalchemy import func, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, select
+
+from bot.store.database import Database
+from bot.store.models import TaskLogRow, TaskRow, TaskSequenceRow, utcnow
+
+TaskState = Literal["running", "completed", "failed", "cancelled"]
+FINISHED_STATES: tuple[TaskState, ...] = ("completed", "failed", "cancelled")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskRecord:
+    """A task as stored: who ran what, where, and how it ended."""
+
+    id: str
+    session_id: int
+    channel_id: str | None
+    agent: str
+    description: str
+    prompt: str
+    background: bool
+    state: TaskState
+    started_by: str | None
+    result: str | None
+    error: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    delivered: bool
+    created_at: datetime
+    finished_at: datetime | None
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.finished_at is None:
+            return None
+        return (_aware(self.finished_at) - _aware(self.created_at)).total_seconds()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskDetail:
+    """A task with its whole log."""
+
+    task: TaskRecord
+    log: tuple[str, ...]
+
+
+def _aware(moment: datetime) -> datetime:
+    # SQLite hands back naive datetimes; everything Baton writes is UTC.
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _record(row: TaskRow) -> TaskRecord:
+    return TaskRecord(
+        id=row.id,
+        session_id=row.session_id,
+        channel_id=row.channel_id,
+        agent=row.agent,
+        description=row.description,
+        prompt=row.prompt,
+        background=row.background,
+        state=row.state,  # type: ignore[arg-type]
+        started_by=row.started_by,
+        result=row.result,
+        error=row.error,
+        prompt_tokens=row.prompt_tokens,
+        completion_tokens=row.completion_tokens,
+        delivered=row.delivered,
+        created_at=_aware(row.created_at),
+        finished_at=_aware(row.finished_at) if row.finished_at else None,
+    )
+
+
+class TaskStore:
+    """Narrow async access to the tasks tables."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    async def next_id(self, agent: str) -> str:
+        """A new `task-{agent}-{n}`, unique across restarts and processes."""
+        for _ in range(5):
+            async with self.database.sessions() as session:
+                # The UPDATE comes first so the transaction takes the write lock at once.
+                result = await session.exec(
+                    update(TaskSequenceRow)
+                    .where(col(TaskSequenceRow.agent) == agent)
+                    .values(last=TaskSequenceRow.last + 1)
+                )
+                if result.rowcount == 0:
+                    session.add(TaskSequenceRow(agent=agent, last=1))
+                    try:
+                        await session.commit()
+                    except IntegrityError:
+                        continue
+                    return f"task-{agent}-1"
+                row = await session.get(TaskSequenceRow, agent)
+                assert row is not None
+                number = row.last
+                await session.commit()
+                return f"task-{agent}-{number}"
+        raise RuntimeError(f"could not allocate a task id for {agent!r}")
+
+    async def create(
+        self,
+        *,
+        task_id: str,
+        session_id: int,
+        channel_id: str | None,
+        agent: str,
+        description: str,
+        prompt: str,
+        background: bool,
+        started_by: str | None,
+    ) -> TaskRecord:
+        row = TaskRow(
+            id=task_id,
+            session_id=session_id,
+            channel_id=channel_id,
+            agent=agent,
+            description=description,
+            prompt=prompt,
+            background=background,
+            started_by=started_by,
+        )
+        async with self.database.sessions() as session:
+            session.add(row)
+            await session.commit()
+            return _record(row)
+
+    async def append_log(self, task_id: str, lines: Sequence[str]) -> None:
+        if not lines:
+            return
+        async with self.database.sessions() as session:
+            for line in lines:
+                session.add(TaskLogRow(task_id=task_id, line=line))
+            await session.commit()
+
+    async def finish(
+        self,
+        task_id: str,
+        *,
+        state: TaskState,
+        result: str | None,
+        error: str | None,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+    ) -> TaskRecord | None:
+        """End a running task; None if it had already ended (the first ending wins)."""
+        async with self.database.sessions() as session:
+            outcome = await session.exec(
+                update(TaskRow)
+                .where(col(TaskRow.id) == task_id, col(TaskRow.state) == "running")
+                .values(
+                    state=state,
+                    result=result,
+                    error=error,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion_tokens,
+                    finished_at=utcnow(),
+                )
+            )
+            await session.commit()
+            if outcome.rowcount == 0:
+                return None
+        return await self.get(task_id)
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        async with self.database.sessions() as session:
+            row = await session.get(TaskRow, task_id)
+            return _record(row) if row else None
+
+    async def log(self, task_id: str) -> tuple[str, ...]:
+        async with self.database.sessions() as session:
+            result = await session.exec(
+                select(TaskLogRow.line)
+                .where(TaskLogRow.task_id == task_id)
+                .order_by(col(TaskLogRow.id))
+            )
+            return tuple(result.all())
+
+    async def list(
+        self,
+        *,
+        session_id: int | None = None,
+        channel_id: str | None = None,
+        limit: int = 50,
+    ) -> list[TaskRecord]:
+        """Newest first, scoped to one session or one channel (never unscoped)."""
+        if session_id is None and channel_id is None:
+            raise ValueError("listing tasks needs a session or a channel")
+        query = select(TaskRow)
+        if session_id is not None:
+            query = query.where(TaskRow.session_id == session_id)
+        if channel_id is not None:
+            query = query.where(TaskRow.channel_id == channel_id)
+        query = query.order_by(col(TaskRow.created_at).desc(), col(TaskRow.id).desc())
+        async with self.database.sessions() as session:
+            result = await session.exec(query.limit(limit))
+            return [_record(row) for row in result.all()]
+
+    async def count_running(self, *, session_id: int, background: bool | None = None) -> int:
+        query = (
+            select(func.count())
+            .select_from(TaskRow)
+            .where(TaskRow.session_id == session_id, TaskRow.state == "running")
+        )
+        if background is not None:
+            query = query.where(TaskRow.background == background)
+        async with self.database.sessions() as session:
+            return int((await session.exec(query)).one())
+
+    async def counts(
+        self, *, session_id: int | None = None, channel_id: str | None = None
+    ) -> tuple[int, int]:
+        """(running, finished) tasks in a session or a channel."""
+        query = select(TaskRow.state, func.count()).group_by(TaskRow.state)
+        if session_id is not None:
+            query = query.where(TaskRow.session_id == session_id)
+        if channel_id is not None:
+            query = query.where(TaskRow.channel_id == channel_id)
+        async with self.database.sessions() as session:
+            rows = (await session.exec(query)).all()
+        running = sum(n for state, n in rows if state == "running")
+        return running, sum(n for state, n in rows if state != "running")
+
+    async def drain_finished(self, session_id: int) -> list[TaskRecord]:
+        """Hand over the session's finished background tasks, each exactly once.
+
+        Each row is claimed by a conditional UPDATE, so two turns racing on one
+        session (or two replicas) can never both receive the same result.
+        """
+        async with self.database.sessions() as session:
+            candidates = (
+                await session.exec(
+                    select(TaskRow.id)
+                    .where(
+                        TaskRow.session_id == session_id,
+                        TaskRow.background == True,  # noqa: E712
+                        TaskRow.delivered == False,  # noqa: E712
+                        col(TaskRow.state).in_(FINISHED_STATES),
+                    )
+                    .order_by(col(TaskRow.finished_at), col(TaskRow.id))
+                )
+            ).all()
+        claimed: list[TaskRecord] = []
+        for task_id in candidates:
+            async with self.database.sessions() as session:
+                outcome = await session.exec(
+                    update(TaskRow)
+                    .where(col(TaskRow.id) == task_id, col(TaskRow.delivered) == False)  # noqa: E712
+                    .values(delivered=True)
+                )
+                await session.commit()
+            if outcome.rowcount == 1 and (record := await self.get(task_id)):
+                claimed.append(record)
+        return claimed
+
+    async def fail_running(self, reason: str) -> list[TaskRecord]:
+        """Mark every task still running as failed (after a restart); return them."""
+        async with self.database.sessions() as session:
+            ids = (await session.exec(select(TaskRow.id).where(TaskRow.state == "running"))).all()
+        failed = []
+        for task_id in ids:
+            if record := await self.finish(task_id, state="failed", result=None, error=reason):
+                failed.append(record)
+        return failed

@@ -1,0 +1,70 @@
+"""What a sub-agent is: its name, when to use it, its prompt, tools, model and limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from bot.tools.base import ToolRegistry
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+TASK_TOOL_NAME = "task"
+
+
+def _as_names(value: Any) -> Any:
+    """Accept a YAML list or a comma-separated string for a list of names."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, list | tuple):
+        names = []
+        for item in value:
+            if not isinstance(item, str) or not item.strip():
+                raise ValueError(f"expected names (strings), got {item!r}")
+            names.append(item.strip())
+        return tuple(names)
+    raise ValueError(f"expected a list or a comma-separated string, got {type(value).__name__}")
+
+
+class AgentDefinition(BaseModel):
+    """A sub-agent role, from a Markdown file or built in."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=NAME_PATTERN, max_length=64)
+    description: str = Field(min_length=1)
+    system_prompt: str = Field(min_length=1)
+    tools: tuple[str, ...] = ()
+    disallowed_tools: tuple[str, ...] = ()
+    model: str | None = None
+    max_turns: int = Field(default=0, ge=0, le=1000)
+    skills: tuple[str, ...] = ()
+    source: str = "builtin"
+
+    @field_validator("tools", "disallowed_tools", "skills", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        return _as_names(value)
+
+    @field_validator("description", "system_prompt", mode="after")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value.strip()
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _empty_model_inherits(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    def resolve_tools(self, parent: ToolRegistry) -> ToolRegistry:
+        """The child's tools: (allowlist ∩ parent's, or all the parent's) - denylist - task.
+
+        Built from the parent's registry, so a child can never hold a tool its
+        parent does not; `task` is always removed, so a child cannot delegate.
+        """
+        chosen = parent.only(self.tools) if self.tools else parent
+        return chosen.without({*self.disallowed_tools, TASK_TOOL_NAME})

@@ -1,0 +1,60 @@
+"""A child's system prompt: its definition, where it works, and its preloaded skills."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.subagents.definition import AgentDefinition
+from bot.subagents.loader import split_frontmatter
+
+logger = logging.getLogger(__name__)
+
+_SKILL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildPrompt:
+    text: str
+    missing_skills: tuple[str, ...]
+
+
+def load_skill(skills_dir: Path, name: str) -> str | None:
+    """The body of `<skills_dir>/<name>.md` (frontmatter removed), or None if unusable."""
+    if not _SKILL_NAME.match(name) or name.endswith(".."):
+        return None
+    path = skills_dir / f"{name}.md"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    parts = split_frontmatter(text)
+    body = parts[1] if parts else text
+    return body.strip() or None
+
+
+def build_child_prompt(
+    definition: AgentDefinition, *, workspace: Path, skills_dir: Path
+) -> ChildPrompt:
+    """Compose the child's system prompt; a missing skill is reported, not fatal."""
+    sections = [
+        definition.system_prompt,
+        f"You work in this directory (the workspace): {workspace}\n"
+        "Relative paths are resolved from it; you cannot use paths outside it.",
+    ]
+    missing = []
+    for name in definition.skills:
+        body = load_skill(skills_dir, name)
+        if body is None:
+            missing.append(name)
+            logger.warning(
+                "agent %s: skill %r not found in %s; running without it",
+                definition.name,
+                name,
+                skills_dir,
+            )
+            continue
+        sections.append(f'<skill name="{name}">\n{body}\n</skill>')
+    return ChildPrompt(text="\n\n".join(sections), missing_skills=tuple(missing))

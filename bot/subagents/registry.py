@@ -1,0 +1,131 @@
+"""The registry of sub-agents: files from the roots in order, then built-ins."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.errors import AgentDefinitionError
+from bot.subagents.definition import AgentDefinition
+from bot.subagents.loader import parse_agent_file
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InvalidAgentFile:
+    """A file that was skipped, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShadowedAgent:
+    """A valid definition that lost to an earlier one of the same name."""
+
+    name: str
+    source: str
+    shadowed_by: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadedAgents:
+    definitions: tuple[AgentDefinition, ...]
+    invalid: tuple[InvalidAgentFile, ...]
+    shadowed: tuple[ShadowedAgent, ...]
+
+
+def load_agents(roots: Sequence[Path], builtins: Iterable[AgentDefinition]) -> LoadedAgents:
+    """Load every `*.md` of each root in order, then the built-ins; the first valid name wins.
+
+    An invalid file is skipped with a warning and reserves nothing, so a later
+    file (or a built-in) can still define its name.
+    """
+    chosen: dict[str, AgentDefinition] = {}
+    invalid: list[InvalidAgentFile] = []
+    shadowed: list[ShadowedAgent] = []
+
+    def offer(definition: AgentDefinition) -> None:
+        winner = chosen.get(definition.name)
+        if winner is None:
+            chosen[definition.name] = definition
+            return
+        shadowed.append(
+            ShadowedAgent(name=definition.name, source=definition.source, shadowed_by=winner.source)
+        )
+        logger.info(
+            "agent %r from %s is shadowed by %s", definition.name, definition.source, winner.source
+        )
+
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for path in sorted(root.glob("*.md")):
+            if not path.is_file():
+                continue
+            try:
+                offer(parse_agent_file(path))
+            except AgentDefinitionError as exc:
+                invalid.append(InvalidAgentFile(path=exc.source, reason=exc.reason))
+                logger.warning("skipping agent file %s: %s", exc.source, exc.reason)
+    for definition in builtins:
+        offer(definition)
+    return LoadedAgents(
+        definitions=tuple(chosen.values()), invalid=tuple(invalid), shadowed=tuple(shadowed)
+    )
+
+
+class AgentRegistry:
+    """The agents that can be delegated to, kept current with the files on disk.
+
+    `refresh()` rescans only when a root's files changed (name, size, mtime), so a
+    teammate's new `.baton/agents/*.md` shows up without a restart.
+    """
+
+    def __init__(self, roots: Sequence[Path], builtins: Sequence[AgentDefinition]) -> None:
+        self.roots = tuple(roots)
+        self.builtins = tuple(builtins)
+        self._signature: tuple[tuple[str, int, int], ...] | None = None
+        self._loaded = LoadedAgents(definitions=(), invalid=(), shadowed=())
+        self.refresh()
+
+    def refresh(self) -> None:
+        signature = self._scan()
+        if signature != self._signature:
+            self._loaded = load_agents(self.roots, self.builtins)
+            self._signature = signature
+
+    def _scan(self) -> tuple[tuple[str, int, int], ...]:
+        entries = []
+        for root in self.roots:
+            if not root.is_dir():
+                continue
+            for path in sorted(root.glob("*.md")):
+                try:
+                    stat = path.stat()
+                except OSError:
+                    continue
+                entries.append((str(path), stat.st_size, stat.st_mtime_ns))
+        return tuple(entries)
+
+    def get(self, name: str) -> AgentDefinition | None:
+        self.refresh()
+        return next((d for d in self._loaded.definitions if d.name == name), None)
+
+    def definitions(self) -> tuple[AgentDefinition, ...]:
+        self.refresh()
+        return self._loaded.definitions
+
+    def names(self) -> list[str]:
+        return [d.name for d in self.definitions()]
+
+    @property
+    def invalid(self) -> tuple[InvalidAgentFile, ...]:
+        return self._loaded.invalid
+
+    @property
+    def shadowed(self) -> tuple[ShadowedAgent, ...]:
+        return self._loaded.shadowed

@@ -1,0 +1,336 @@
+"""Runs a sub-agent: the same engine on a brand-new session, with narrowed tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.engine import (
+    ApprovalDecision,
+    ApprovalFunc,
+    ApprovalRequest,
+    ApprovalRequired,
+    Done,
+    Engine,
+    ErrorEvent,
+    Hook,
+    HookDecision,
+    LLMClient,
+    RunEvent,
+    TextDelta,
+    ToolInvocation,
+    ToolResult,
+    ToolStart,
+    Usage,
+)
+from bot.errors import TaskLimitReached
+from bot.store.tasks import TaskRecord, TaskState
+from bot.subagents.definition import TASK_TOOL_NAME, AgentDefinition
+from bot.subagents.prompt import build_child_prompt
+from bot.subagents.tracker import TaskTracker
+from bot.tools.base import ToolRegistry
+
+logger = logging.getLogger(__name__)
+
+SHUTDOWN_REASON = "interrupted: Baton was shut down while it ran; start it again"
+MAX_LOG_TEXT = 2_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubAgentEvent:
+    """A child's event, tagged with who produced it."""
+
+    agent: str
+    task_id: str
+    background: bool
+    event: RunEvent
+
+
+ProgressSink = Callable[[SubAgentEvent], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParentContext:
+    """What a child inherits from the run that delegates to it."""
+
+    tools: ToolRegistry
+    model: str
+    approval: ApprovalFunc | None
+    session_id: int
+    channel_id: str | None = None
+    user_id: str | None = None
+    progress: ProgressSink | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskOutcome:
+    """How a child run ended."""
+
+    task_id: str
+    agent: str
+    state: TaskState
+    text: str
+    error: str | None
+    usage: Usage
+    turns: int
+
+
+async def deny_task_hook(invocation: ToolInvocation) -> HookDecision | None:
+    """Second guard against recursion: a child may never delegate, whatever its tools."""
+    if invocation.tool.name == TASK_TOOL_NAME:
+        return HookDecision.deny("sub-agents cannot delegate; the task tool is not for them")
+    return None
+
+
+def describe_event(event: RunEvent) -> str | None:
+    """One log line for a child event (text is logged separately, in whole pieces)."""
+    if isinstance(event, ToolStart):
+        return f"▸ {event.name} {_short_arguments(event.arguments)}".rstrip()
+    if isinstance(event, ToolResult):
+        if event.is_error:
+            first = event.output.strip().splitlines()[0] if event.output.strip() else "failed"
+            return f"  ✗ {first[:300]}"
+        return "  ✓"
+    if isinstance(event, ApprovalRequired):
+        return f"? {event.name} needs approval: {event.reason}"
+    if isinstance(event, ErrorEvent):
+        return f"✗ {event.message}"
+    if isinstance(event, Done):
+        tokens = event.usage.total_tokens
+        if event.stop_reason == "completed":
+            return f"✓ Done · {event.turns} turns · {tokens:,} tokens"
+        if event.stop_reason == "max_turns":
+            return f"✗ Stopped at the turn limit · {event.turns} turns · {tokens:,} tokens"
+        return f"✗ Failed · {event.turns} turns · {tokens:,} tokens"
+    return None
+
+
+def _short_arguments(arguments: str, limit: int = 120) -> str:
+    try:
+        data = json.loads(arguments)
+    except json.JSONDecodeError:
+        data = None
+    text = (
+        ", ".join(f"{v}" if isinstance(v, str) else json.dumps(v) for v in data.values())
+        if isinstance(data, dict)
+        else arguments
+    )
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class SubAgentRunner:
+    """Builds isolated child engines and runs them in the foreground or the background."""
+
+    def __init__(
+        self,
+        *,
+        llm: LLMClient,
+        tracker: TaskTracker,
+        hooks: Sequence[Hook],
+        workspace: Path,
+        skills_dir: Path,
+        default_max_turns: int,
+        max_background_tasks: int,
+    ) -> None:
+        self.llm = llm
+        self.tracker = tracker
+        self.hooks = tuple(hooks)
+        self.workspace = workspace
+        self.skills_dir = skills_dir
+        self.default_max_turns = default_max_turns
+        self.max_background_tasks = max_background_tasks
+
+    def build_engine(
+        self,
+        definition: AgentDefinition,
+        parent: ParentContext,
+        approval: ApprovalFunc | None,
+        system_prompt: str,
+    ) -> Engine:
+        """A fresh engine for the child: no parent history, no parent system prompt."""
+        return Engine(
+            llm=self.llm,
+            model=definition.model or parent.model,
+            tools=definition.resolve_tools(parent.tools),
+            system_prompt=system_prompt,
+            hooks=[*self.hooks, deny_task_hook],
+            approval=approval,
+            max_turns=definition.max_turns or self.default_max_turns,
+        )
+
+    async def run_foreground(
+        self,
+        definition: AgentDefinition,
+        prompt: str,
+        *,
+        description: str,
+        parent: ParentContext,
+    ) -> TaskOutcome:
+        """Run a child inside the caller's turn; cancelling the caller cancels it."""
+        record = await self.tracker.start(
+            session_id=parent.session_id,
+            channel_id=parent.channel_id,
+            agent=definition.name,
+            description=description,
+            prompt=prompt,
+            background=False,
+            started_by=parent.user_id,
+        )
+        try:
+            return await self._run(record, definition, prompt, parent, parent.approval)
+        except asyncio.CancelledError:
+            await asyncio.shield(
+                self.tracker.finish(
+                    record.id, state="cancelled", error="cancelled with the run that started it"
+                )
+            )
+            raise
+
+    async def start_background(
+        self,
+        definition: AgentDefinition,
+        prompt: str,
+        *,
+        description: str,
+        parent: ParentContext,
+    ) -> TaskRecord:
+        """Start a child outside the caller's turn and return its record at once."""
+        async with self.tracker.start_lock:
+            running = await self.tracker.running_background(parent.session_id)
+            if running >= self.max_background_tasks:
+                raise TaskLimitReached(self.max_background_tasks)
+            record = await self.tracker.start(
+                session_id=parent.session_id,
+                channel_id=parent.channel_id,
+                agent=definition.name,
+                description=description,
+                prompt=prompt,
+                background=True,
+                started_by=parent.user_id,
+            )
+        self.tracker.run_child(
+            record.id,
+            self._run_background(record, definition, prompt, parent),
+        )
+        return record
+
+    async def _run_background(
+        self,
+        record: TaskRecord,
+        definition: AgentDefinition,
+        prompt: str,
+        parent: ParentContext,
+    ) -> None:
+        try:
+            await self._run(record, definition, prompt, parent, self._deny_approvals(record))
+        except asyncio.CancelledError:
+            # An explicit cancel has already written "cancelled"; this covers shutdown.
+            await asyncio.shield(
+                self.tracker.finish(record.id, state="failed", error=SHUTDOWN_REASON)
+            )
+            raise
+        except Exception as exc:
+            logger.exception("background task %s crashed", record.id)
+            await self.tracker.finish(
+                record.id, state="failed", error=f"crashed: {type(exc).__name__}: {exc}"
+            )
+
+    def _deny_approvals(self, record: TaskRecord) -> ApprovalFunc:
+        async def deny(request: ApprovalRequest) -> ApprovalDecision:
+            await self.tracker.append_log(
+                record.id,
+                f"⊘ denied {request.tool_name} without asking: background tasks cannot wait "
+                "for a person",
+            )
+            return ApprovalDecision(
+                approved=False,
+                message=(
+                    "this call needs a person's approval "
+                    f"({request.reason}), and background sub-agents cannot ask anyone, so it "
+                    "was denied (fail closed). Do without it, or report that it is needed."
+                ),
+            )
+
+        return deny
+
+    async def _run(
+        self,
+        record: TaskRecord,
+        definition: AgentDefinition,
+        prompt: str,
+        parent: ParentContext,
+        approval: ApprovalFunc | None,
+    ) -> TaskOutcome:
+        child_prompt = build_child_prompt(
+            definition, workspace=self.workspace, skills_dir=self.skills_dir
+        )
+        engine = self.build_engine(definition, parent, approval, child_prompt.text)
+        lines = [f"Starting {definition.name} ({engine.model}, {len(engine.tools)} tools)"]
+        lines += [
+            f"⚠ skill {name!r} not found; running without it"
+            for name in child_prompt.missing_skills
+        ]
+        await self.tracker.append_log(record.id, *lines)
+        text: list[str] = []
+        done: Done | None = None
+        error: str | None = None
+        async for event in engine.run_stream(prompt):
+            if parent.progress is not None:
+                parent.progress(
+                    SubAgentEvent(
+                        agent=definition.name,
+                        task_id=record.id,
+                        background=record.background,
+                        event=event,
+                    )
+                )
+            if isinstance(event, TextDelta):
+                text.append(event.text)
+                continue
+            if text and isinstance(event, ToolStart | Done):
+                piece = "".join(text).strip()
+                text.clear()
+                if piece:
+                    await self.tracker.append_log(record.id, _clip(piece))
+            if isinstance(event, ErrorEvent):
+                error = event.message
+            if isinstance(event, Done):
+                done = event
+            if line := describe_event(event):
+                await self.tracker.append_log(record.id, line)
+        assert done is not None
+        state: TaskState
+        if done.stop_reason == "completed":
+            state = "completed"
+        else:
+            state = "failed"
+            if done.stop_reason == "max_turns":
+                error = f"stopped early at the limit of {engine.max_turns} turns"
+        await self.tracker.finish(
+            record.id,
+            state=state,
+            result=done.final_text,
+            error=error,
+            prompt_tokens=done.usage.prompt_tokens,
+            completion_tokens=done.usage.completion_tokens,
+        )
+        return TaskOutcome(
+            task_id=record.id,
+            agent=definition.name,
+            state=state,
+            text=done.final_text,
+            error=error,
+            usage=done.usage,
+            turns=done.turns,
+        )
+
+
+def _clip(text: str) -> str:
+    if len(text) <= MAX_LOG_TEXT:
+        return text
+    return text[:MAX_LOG_TEXT] + f"… [{len(text) - MAX_LOG_TEXT:,} more characters]"

@@ -1,0 +1,169 @@
+"""The task tracker: the single source of truth for sub-agent tasks (in the database).
+
+It also owns the asyncio tasks of background children in this process, so it can
+cancel them, and calls finish callbacks so a surface can tell the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from bot.store.tasks import TaskDetail, TaskRecord, TaskState, TaskStore
+
+logger = logging.getLogger(__name__)
+
+RESTART_REASON = "interrupted by a restart; start it again"
+
+FinishCallback = Callable[[TaskRecord], Awaitable[None]]
+
+
+class TaskTracker:
+    """Starts, logs, finishes, lists and cancels tasks; hands results over once."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self.store = store
+        self._callbacks: list[FinishCallback] = []
+        self._children: dict[str, asyncio.Task[None]] = {}
+        self._notifications: set[asyncio.Task[None]] = set()
+        # Serialises the background cap check with the insert, so two parallel
+        # `task` calls cannot both take the last free place.
+        self.start_lock = asyncio.Lock()
+
+    def on_finish(self, callback: FinishCallback) -> None:
+        """Call `callback` with the record whenever a task ends (also after a restart)."""
+        self._callbacks.append(callback)
+
+    async def start(
+        self,
+        *,
+        session_id: int,
+        channel_id: str | None,
+        agent: str,
+        description: str,
+        prompt: str,
+        background: bool,
+        started_by: str | None,
+    ) -> TaskRecord:
+        task_id = await self.store.next_id(agent)
+        return await self.store.create(
+            task_id=task_id,
+            session_id=session_id,
+            channel_id=channel_id,
+            agent=agent,
+            description=description,
+            prompt=prompt,
+            background=background,
+            started_by=started_by,
+        )
+
+    async def append_log(self, task_id: str, *lines: str) -> None:
+        await self.store.append_log(task_id, lines)
+
+    async def finish(
+        self,
+        task_id: str,
+        *,
+        state: TaskState,
+        result: str | None = None,
+        error: str | None = None,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+    ) -> TaskRecord | None:
+        record = await self.store.finish(
+            task_id,
+            state=state,
+            result=result,
+            error=error,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+        )
+        if record is not None:
+            self._notify(record)
+        return record
+
+    def _notify(self, record: TaskRecord) -> None:
+        for callback in self._callbacks:
+            task = asyncio.create_task(self._call(callback, record))
+            self._notifications.add(task)
+            task.add_done_callback(self._notifications.discard)
+
+    @staticmethod
+    async def _call(callback: FinishCallback, record: TaskRecord) -> None:
+        try:
+            await callback(record)
+        except Exception:
+            logger.exception("finish callback for %s failed", record.id)
+
+    def run_child(self, task_id: str, work: Coroutine[Any, Any, None]) -> None:
+        """Run a background child outside the caller's turn, owned by the tracker."""
+        child = asyncio.create_task(work, name=task_id)
+        self._children[task_id] = child
+        child.add_done_callback(lambda _: self._children.pop(task_id, None))
+
+    def is_running_here(self, task_id: str) -> bool:
+        return task_id in self._children
+
+    @property
+    def running_here(self) -> int:
+        return len(self._children)
+
+    async def wait_for_children(self) -> None:
+        """Wait until this process's background children (and their notices) are done."""
+        while self._children or self._notifications:
+            await asyncio.gather(
+                *self._children.values(), *self._notifications, return_exceptions=True
+            )
+
+    async def cancel(self, task_id: str, *, by: str | None = None) -> TaskRecord | None:
+        """Stop a running task; its state becomes cancelled. None if it was not running."""
+        child = self._children.get(task_id)
+        reason = f"cancelled by {by}" if by else "cancelled"
+        if child is not None:
+            await self.append_log(task_id, f"⊘ {reason}")
+            record = await self.finish(task_id, state="cancelled", error=reason)
+            child.cancel()
+            await asyncio.gather(child, return_exceptions=True)
+            return record
+        # Not ours (another process, or one that died): the database decides.
+        return await self.finish(task_id, state="cancelled", error=reason)
+
+    async def drain_completed(self, session_id: int) -> list[TaskRecord]:
+        return await self.store.drain_finished(session_id)
+
+    async def get(self, task_id: str) -> TaskDetail | None:
+        record = await self.store.get(task_id)
+        if record is None:
+            return None
+        return TaskDetail(task=record, log=await self.store.log(task_id))
+
+    async def list(
+        self, *, session_id: int | None = None, channel_id: str | None = None, limit: int = 50
+    ) -> list[TaskRecord]:
+        return await self.store.list(session_id=session_id, channel_id=channel_id, limit=limit)
+
+    async def counts(
+        self, *, session_id: int | None = None, channel_id: str | None = None
+    ) -> tuple[int, int]:
+        return await self.store.counts(session_id=session_id, channel_id=channel_id)
+
+    async def running_background(self, session_id: int) -> int:
+        return await self.store.count_running(session_id=session_id, background=True)
+
+    async def recover(self) -> list[TaskRecord]:
+        """After a restart: tasks left running are failed, and the callbacks hear of it."""
+        failed = await self.store.fail_running(RESTART_REASON)
+        for record in failed:
+            logger.warning("task %s was running when Baton stopped; marked failed", record.id)
+            self._notify(record)
+        return failed
+
+    async def shutdown(self) -> None:
+        """Cancel this process's children and wait for pending notifications."""
+        children = list(self._children.values())
+        for child in children:
+            child.cancel()
+        await asyncio.gather(*children, return_exceptions=True)
+        await asyncio.gather(*self._notifications, return_exceptions=True)
