@@ -19,12 +19,15 @@ chat: $(STAMP)
 	$(BIN)/python -m bot chat
 
 test: $(STAMP)
-	$(BIN)/ruff check bot tests
+	$(BIN)/ruff check bot tests bench
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check bot tests
-	$(BIN)/ruff format --check bot tests
+	$(BIN)/ruff check bot tests bench
+	$(BIN)/ruff format --check bot tests bench
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.fanout
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

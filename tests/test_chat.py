@@ -134,3 +134,30 @@ async def test_chat_leaves_on_exit_or_end_of_input(
     code, out, _ = await chat(tmp_path, fake_llm, command)
     assert code == 0 and "Baton chat" in out
     assert fake_llm.requests == []
+
+
+async def test_chat_runs_an_agent_directly_and_lists_tasks(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    def respond(request: object) -> Reply:
+        system = request.messages[0]["content"]  # type: ignore[attr-defined]
+        if system.startswith("You are Baton"):
+            return Reply(text="I see the explore run in the history.")
+        return Reply(text="The README is one line long.")
+
+    fake_llm.responder = respond
+    stdin = "@explore how long is the README?\n@nobody hi\n/tasks\nwhat did explore say?\n"
+    code, out, err = await chat(tmp_path, fake_llm, stdin)
+    assert code == 0, err
+    assert "◆ explore (task-explore-1, completed):" in out
+    assert "The README is one line long." in out
+    assert "no agent named 'nobody'; available: " in out
+    assert "⚙ 0 running · 1 done" in out
+    assert "✓ task-explore-1  explore" in out and '"how long is the README?"' in out
+    main_requests = [
+        r for r in fake_llm.requests if r.messages[0]["content"].startswith("You are Baton")
+    ]
+    assert len(main_requests) == 1  # the direct run did not call the main agent
+    history = [m["content"] for m in main_requests[0].messages]
+    assert "@explore how long is the README?" in history
+    assert any("The README is one line long." in str(c) for c in history)

@@ -269,8 +269,11 @@ DANGER_PATTERNS: tuple[DangerPattern, ...] = (
 
 _PATTERNS = {pattern.id: pattern for pattern in DANGER_PATTERNS}
 
+# `name() { ... name | name & ... }`. The name must start a word and the quantifiers are
+# possessive, so that a long run of word characters cannot make the search quadratic.
 _FORK_BOMB_RE = re.compile(
-    r"(?P<name>[^\s;&|(){}<>]+)\s*\(\s*\)\s*\{[^}]*?(?P=name)\s*\|\s*&?\s*(?P=name)\s*&"
+    r"(?<![^\s;&|(){}])(?P<name>[^\s;&|(){}<>]{1,64}+)\s*+\(\s*+\)\s*+\{[^}]*?"
+    r"(?P=name)\s*+\|\s*+&?\s*+(?P=name)\s*+&"
 )
 
 _SHELLS = frozenset(

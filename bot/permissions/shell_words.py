@@ -477,6 +477,7 @@ class _Parser:
         self._budget = budget
         self._depth = depth
         self._index = 0
+        self._groups = 0  # how many ( ) or { } groups the parser is inside
 
     def parse(self) -> Script:
         return self._parse_list(closer=None)
@@ -518,7 +519,11 @@ class _Parser:
         if not built.current.empty:
             # `f() {`, `a=(1 2)`, `then (` ...: what precedes is not piped into the group.
             self._finish_pipeline(built)
+        self._groups += 1
+        if self._depth + self._groups > _MAX_DEPTH:
+            raise CommandParseError("commands are nested too deeply to check")
         inner = self._parse_list(closer)
+        self._groups -= 1
         built.current.nested.append(NestedScript(kind="group", script=inner))
 
     def _add_redirect(self, current: _CommandBuilder, operator: str) -> None:

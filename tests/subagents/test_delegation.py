@@ -321,3 +321,28 @@ async def test_other_sessions_never_see_a_foreground_exchange(
     finally:
         await baton.close()
     assert "XYZ" not in json.dumps(router.main_requests()[-1].body)
+
+
+async def test_child_events_reach_the_progress_sink_tagged(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    from bot.subagents import SubAgentEvent
+
+    baton = await make_baton(tmp_path, fake_llm)
+    (baton.workspace.root / "a.txt").write_text("hello")
+    router = Router(fake_llm)
+    router.main += [task_call("explore", "read a.txt"), Reply(text="ok")]
+    router.children[EXPLORE] = [
+        Reply(tool_calls=[ToolCallSpec("read_file", {"path": "a.txt"})]),
+        Reply(text="It says hello."),
+    ]
+    seen: list[SubAgentEvent] = []
+    try:
+        await run_turn(baton, "go", progress=seen.append)
+    finally:
+        await baton.close()
+    assert {(e.agent, e.task_id, e.background) for e in seen} == {
+        ("explore", "task-explore-1", False)
+    }
+    kinds = [type(e.event).__name__ for e in seen]
+    assert kinds[0] == "ToolStart" and "ToolResult" in kinds and kinds[-1] == "Done"

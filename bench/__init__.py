@@ -1,0 +1,1 @@
+"""Benchmarks: each prints its figures; run with `python -m bench.NAME`."""
