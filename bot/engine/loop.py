@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_TURNS = 50
 
 Emit = Callable[[RunEvent], None]
+# Messages that arrived while the run was going on (steering), taken before each LLM call.
+Inbox = Callable[[], Sequence[ChatMessage]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,17 +84,20 @@ class Engine:
         *,
         history: Sequence[ChatMessage] = (),
         transcript: list[ChatMessage] | None = None,
+        inbox: Inbox | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Run the loop on `prompt` after `history`, yielding events; `Done` comes last.
 
         New messages (the prompt, the model's replies, tool results) are appended
         to `transcript` as they happen, so a caller can persist what a cancelled
-        run did. Cancelling the consumer cancels the run and its running tools.
+        run did. Messages from `inbox` join the conversation before each LLM call;
+        a run does not end while its inbox holds any. Cancelling the consumer
+        cancels the run and its running tools.
         """
         queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
         new_messages = transcript if transcript is not None else []
         driver = asyncio.create_task(
-            self._drive(prompt, list(history), new_messages, queue.put_nowait)
+            self._drive(prompt, list(history), new_messages, queue.put_nowait, inbox)
         )
         driver.add_done_callback(lambda _: queue.put_nowait(None))
         try:
@@ -110,6 +115,7 @@ class Engine:
         history: list[ChatMessage],
         new_messages: list[ChatMessage],
         emit: Emit,
+        inbox: Inbox | None = None,
     ) -> None:
         messages: list[ChatMessage] = []
         if self.system_prompt:
@@ -140,7 +146,13 @@ class Engine:
                     )
                 )
                 if not response.tool_calls:
-                    break
+                    # Someone wrote while the model answered: answer them too.
+                    late = list(inbox()) if inbox else []
+                    if not late or turns >= self.max_turns:
+                        break
+                    for message in late:
+                        add(message)
+                    continue
                 outcomes = await asyncio.gather(
                     *(self._run_call(call, emit) for call in response.tool_calls)
                 )
@@ -154,6 +166,8 @@ class Engine:
                             name=call.name,
                         )
                     )
+                for message in inbox() if inbox else ():
+                    add(message)
                 if turns >= self.max_turns:
                     stop = "max_turns"
                     note = (

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from bot.permissions.shell_words import (
+    SHELL_PROGRAMS,
     CommandParseError,
     NestedKind,
     Script,
@@ -276,10 +277,6 @@ _FORK_BOMB_RE = re.compile(
     r"(?P=name)\s*+\|\s*+&?\s*+(?P=name)\s*+&"
 )
 
-_SHELLS = frozenset(
-    {"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "yash",
-     "posh", "rbash"}
-)  # fmt: skip
 _INTERPRETER_INLINE_FLAGS = {
     "python": "cm",
     "perl": "eE",
@@ -475,9 +472,11 @@ def _secret_category(path: str) -> str | None:
 def _is_env_file(name: str) -> bool:
     if name in (".env", ".envrc"):
         return True
-    if name.startswith(".env.") or (name.endswith(".env") and len(name) > len(".env")):
-        stem = name[: -len(".env")] if name.endswith(".env") else name
-        return stem.rsplit(".", 1)[-1] not in _ENV_TEMPLATE_SUFFIXES
+    if name.startswith((".env.", ".env-", ".env_")) or (
+        name.endswith(".env") and len(name) > len(".env")
+    ):
+        stem = name.removesuffix(".env")
+        return re.split(r"[._-]", stem)[-1] not in _ENV_TEMPLATE_SUFFIXES
     return name.startswith(".env") and any(char in _GLOB_CHARS for char in name)
 
 
@@ -729,7 +728,7 @@ def _interpreter_reads_stdin(kind: str, args: Sequence[str]) -> bool:
 
 
 def _reads_code_from_stdin(context: _Context) -> bool:
-    if context.program in _SHELLS:
+    if context.program in SHELL_PROGRAMS:
         return _shell_reads_stdin(context.args)
     kind = _interpreter(context.program)
     return kind is not None and _interpreter_reads_stdin(kind, context.args)
@@ -811,18 +810,24 @@ def _check_recursive_delete(context: _Context) -> DangerMatch | None:
 def _check_download_exec(context: _Context) -> DangerMatch | None:
     pattern = _PATTERNS["download-exec"]
     program = context.program
-    runner = program in _SHELLS or program in _CODE_RUNNERS or _interpreter(program) is not None
     # curl ... | sh
     if context.index > 0 and _reads_code_from_stdin(context):
         if any(_runs_downloader(stage) for stage in context.pipeline[: context.index]):
             return pattern.match(_pipeline_shown(context))
-    # bash <(curl ...), sh -c "$(curl ...)", source <(curl ...), python <(curl ...)
-    if runner and any(
-        nested.kind in ("substitution", "process")
-        and any(_runs_downloader(inner) for pipe in nested.script.pipelines for inner in pipe)
-        for nested in context.command.nested
-    ):
-        return pattern.match(context.shown)
+    # A process substitution given to a shell or interpreter is the script it runs:
+    # bash <(curl ...), source <(curl ...), python <(curl ...), sh < <(curl ...).
+    # A command substitution is code only for a shell or eval: sh -c "$(curl ...)",
+    # eval "$(curl ...)", bash <<< "$(curl ...)"; for python it would be an argument.
+    runs_process = (
+        program in SHELL_PROGRAMS or program in _CODE_RUNNERS or _interpreter(program) is not None
+    )
+    runs_substitution = program in SHELL_PROGRAMS or program == "eval"
+    for nested in context.command.nested:
+        if (nested.kind == "process" and runs_process) or (
+            nested.kind == "substitution" and runs_substitution
+        ):
+            if any(_runs_downloader(inner) for pipe in nested.script.pipelines for inner in pipe):
+                return pattern.match(context.shown)
     # "$(curl ...)" run as a command in its own right, e.g. inside sh -c or eval
     if program and ("$(" in program or "`" in program) and _runs_downloader(context.command):
         return pattern.match(context.shown)
@@ -1118,7 +1123,7 @@ def _check_history_clear(context: _Context) -> DangerMatch | None:
 
 
 def _check_pipe_to_shell(context: _Context) -> DangerMatch | None:
-    if context.index > 0 and context.program in _SHELLS and _shell_reads_stdin(context.args):
+    if context.index > 0 and context.program in SHELL_PROGRAMS and _shell_reads_stdin(context.args):
         return _PATTERNS["pipe-to-shell"].match(_pipeline_shown(context))
     return None
 

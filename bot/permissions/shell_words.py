@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "SHELL_PROGRAMS",
     "CommandParseError",
     "NestedKind",
     "NestedScript",
@@ -133,10 +134,11 @@ _MARK_RE = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
 
 _UNQUOTED_STATES = frozenset({" ", "a", "c"})
 _RESERVED_WORDS = frozenset({"!", "if", "then", "elif", "else", "do", "while", "until"})
-_SHELLS = frozenset(
+SHELL_PROGRAMS = frozenset(
     {"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "yash",
      "posh", "rbash"}
 )  # fmt: skip
+"""Programs that run shell code: ``-c`` strings and here-documents given to them are parsed."""
 _ASSIGNMENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?\+?=")
 
 
@@ -413,8 +415,7 @@ def _backtick_end(text: str, start: int) -> int:
 
 
 def _expansions_in_text(text: str, budget: _Budget, depth: int) -> list[tuple[str, str]]:
-    """The ``$(...)`` and backtick substitutions in text expanded like a double-quoted
-    string (an unquoted here-document body)."""
+    """The ``$(...)`` and backtick substitutions of an unquoted here-document body."""
     found: list[tuple[str, str]] = []
     index = 0
     while index < len(text):
@@ -612,7 +613,7 @@ def _derived_scripts(
         inner = SimpleCommand(words=tuple(argv), nested=tuple(nested))
         return NestedScript(kind="exec", script=Script(pipelines=((inner,),)))
 
-    if program in _SHELLS:
+    if program in SHELL_PROGRAMS:
         text = _shell_script_argument(args)
         if text is not None:
             return [script(text)]
@@ -763,6 +764,9 @@ def _env_command(args: tuple[str, ...]) -> tuple[str, ...] | None:
             index += 1  # includes `-` alone, an old spelling of -i
         else:
             break
+    while index < len(args) and _ASSIGNMENT_RE.match(args[index]):
+        index += 1
+    # `env FOO=1` alone prints the environment: then env itself is the program.
     return args[index:] or None
 
 
@@ -800,7 +804,6 @@ _WRAPPERS: dict[str, _WrapperHandler] = {
     "chronic": _after_options(),
     "busybox": _after_options(),
 }  # fmt: skip
-_MAX_UNWRAP = 32
 
 
 # --------------------------------------------------------------------------------------
@@ -1011,7 +1014,8 @@ def unwrap_command(words: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ..
     """
     remaining = command_words(words)
     wrappers: list[str] = []
-    for _ in range(_MAX_UNWRAP):
+    # Each round drops at least the wrapper's own word, so this always ends.
+    while True:
         while remaining and (_ASSIGNMENT_RE.match(remaining[0]) or remaining[0] in _RESERVED_WORDS):
             remaining = remaining[1:]
         if not remaining:

@@ -262,6 +262,7 @@ def test_pipelines() -> None:
         # a wrapper with nothing to run is the program itself
         (("env",), ("env",)),
         (("env", "-i"), ("env", "-i")),
+        (("env", "FOO=1"), ("env", "FOO=1")),
         (("sudo",), ("sudo",)),
         (("command", "-v", "rm"), ("command", "-v", "rm")),
         (("FOO=1",), ()),
