@@ -7,6 +7,7 @@ import weakref
 from collections.abc import AsyncIterator
 
 from bot.engine import ApprovalFunc, ChatMessage, RunEvent
+from bot.engine.loop import Inbox
 from bot.engine.messages import repair_history
 from bot.sessions.main_agent import MainAgent, Turn
 from bot.store import SessionKey, SessionStore
@@ -54,23 +55,28 @@ class Conversations:
         approval: ApprovalFunc | None = None,
         user_id: str | None = None,
         progress: ProgressSink | None = None,
+        inbox: Inbox | None = None,
+        context: str | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Run the main agent on `text` in session `key`, yielding its events.
 
-        Background results that finished since the last turn go first, once. What
-        the run added is saved even when it is cancelled half-way.
+        Background results that finished since the last turn go first, once, then
+        `context` (earlier messages of a Slack thread), then the text. Messages
+        from `inbox` reach the run before its next LLM call. What the run added is
+        saved even when it is cancelled half-way.
         """
         session = await self.store.get_or_create(key)
         async with self.lock_for(key):
             history = repair_history(await self.store.history(session.id))
             finished = await self.tracker.drain_completed(session.id)
-            prompt = f"{render_finished_tasks(finished)}\n\n{text}" if finished else text
+            parts = [render_finished_tasks(finished)] if finished else []
+            prompt = "\n\n".join([*parts, *([context] if context else []), text])
             turn = Turn(session=session, approval=approval, user_id=user_id, progress=progress)
             engine = self.main_agent.build_engine(turn)
             transcript: list[ChatMessage] = []
             try:
                 async for event in engine.run_stream(
-                    prompt, history=history, transcript=transcript
+                    prompt, history=history, transcript=transcript, inbox=inbox
                 ):
                     yield event
             finally:

@@ -1,1 +1,1 @@
-"""The Slack surface: Bolt listeners, Block Kit views, progress and answers. Only this imports Bolt."""
+"""The Slack surface: Bolt listeners, Block Kit views, progress, answers (only it imports Bolt)."""

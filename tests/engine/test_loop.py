@@ -374,3 +374,40 @@ async def test_no_tools_means_no_tools_field(fake_llm: FakeOpenAI, llm: LLMClien
     events = [e async for e in engine.run_stream("hi")]
     assert done_of(events).final_text == "plain"
     assert "tools" not in fake_llm.requests[0].body
+
+
+async def test_steering_messages_join_before_the_next_llm_call(
+    fake_llm: FakeOpenAI, llm: LLMClient, workspace: Workspace
+) -> None:
+    pending: list[ChatMessage] = []
+
+    def inbox() -> list[ChatMessage]:
+        taken = list(pending)
+        pending.clear()
+        return taken
+
+    def respond(request: object) -> Reply:
+        count = len(fake_llm.requests)
+        if count == 1:
+            pending.append(ChatMessage(role="user", content="[Bob] also check b.txt"))
+            return Reply(tool_calls=[ToolCallSpec("list_dir", {}, id="c1")])
+        if count == 2:
+            pending.append(ChatMessage(role="user", content="[Bob] and say hi"))
+            return Reply(text="Checked both.")
+        return Reply(text="Hi Bob!")
+
+    fake_llm.responder = respond
+    transcript: list[ChatMessage] = []
+    events = await collect(make_engine(llm, workspace), "look", transcript=transcript, inbox=inbox)
+    second = fake_llm.requests[1].messages
+    assert [m["role"] for m in second[-3:]] == ["assistant", "tool", "user"]
+    assert second[-1]["content"] == "[Bob] also check b.txt"
+    # The model had answered, but a message was waiting: the run went on for it.
+    third = fake_llm.requests[2].messages
+    assert third[-1]["content"] == "[Bob] and say hi"
+    assert done_of(events).final_text == "Hi Bob!"
+    assert [m.content for m in transcript if m.role == "user"] == [
+        "look",
+        "[Bob] also check b.txt",
+        "[Bob] and say hi",
+    ]
