@@ -109,9 +109,7 @@ def run_slack(settings: Settings) -> int:
             file=sys.stderr,
         )
         return 2
-    print(
-        "baton: this build has no Slack surface yet (bot/slack is the next milestone); "
-        "use `baton chat` to work with the agents in a terminal.",
-        file=sys.stderr,
-    )
-    return 2
+    from bot.slack.server import serve
+
+    asyncio.run(serve(settings))
+    return 0

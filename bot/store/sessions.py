@@ -93,6 +93,11 @@ class SessionStore:
             assert found is not None
             return found
 
+    async def get(self, session_id: int) -> SessionRecord | None:
+        async with self.database.sessions() as session:
+            row = await session.get(SessionRow, session_id)
+            return _record(row) if row else None
+
     async def find(self, key: SessionKey) -> SessionRecord | None:
         async with self.database.sessions() as session:
             result = await session.exec(select(SessionRow).where(SessionRow.key == key.key))

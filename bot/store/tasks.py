@@ -193,16 +193,19 @@ class TaskStore:
         *,
         session_id: int | None = None,
         channel_id: str | None = None,
+        started_by: str | None = None,
         limit: int = 50,
     ) -> list[TaskRecord]:
-        """Newest first, scoped to one session or one channel (never unscoped)."""
-        if session_id is None and channel_id is None:
-            raise ValueError("listing tasks needs a session or a channel")
+        """Newest first, scoped to a session, a channel or a person (never unscoped)."""
+        if session_id is None and channel_id is None and started_by is None:
+            raise ValueError("listing tasks needs a session, a channel or a person")
         query = select(TaskRow)
         if session_id is not None:
             query = query.where(TaskRow.session_id == session_id)
         if channel_id is not None:
             query = query.where(TaskRow.channel_id == channel_id)
+        if started_by is not None:
+            query = query.where(TaskRow.started_by == started_by)
         query = query.order_by(col(TaskRow.created_at).desc(), col(TaskRow.id).desc())
         async with self.database.sessions() as session:
             result = await session.exec(query.limit(limit))
@@ -220,14 +223,20 @@ class TaskStore:
             return int((await session.exec(query)).one())
 
     async def counts(
-        self, *, session_id: int | None = None, channel_id: str | None = None
+        self,
+        *,
+        session_id: int | None = None,
+        channel_id: str | None = None,
+        started_by: str | None = None,
     ) -> tuple[int, int]:
-        """(running, finished) tasks in a session or a channel."""
+        """(running, finished) tasks in a session, a channel, or started by a person."""
         query = select(TaskRow.state, func.count()).group_by(TaskRow.state)
         if session_id is not None:
             query = query.where(TaskRow.session_id == session_id)
         if channel_id is not None:
             query = query.where(TaskRow.channel_id == channel_id)
+        if started_by is not None:
+            query = query.where(TaskRow.started_by == started_by)
         async with self.database.sessions() as session:
             rows = (await session.exec(query)).all()
         running = sum(n for state, n in rows if state == "running")

@@ -140,14 +140,27 @@ class TaskTracker:
         return TaskDetail(task=record, log=await self.store.log(task_id))
 
     async def list(
-        self, *, session_id: int | None = None, channel_id: str | None = None, limit: int = 50
+        self,
+        *,
+        session_id: int | None = None,
+        channel_id: str | None = None,
+        started_by: str | None = None,
+        limit: int = 50,
     ) -> list[TaskRecord]:
-        return await self.store.list(session_id=session_id, channel_id=channel_id, limit=limit)
+        return await self.store.list(
+            session_id=session_id, channel_id=channel_id, started_by=started_by, limit=limit
+        )
 
     async def counts(
-        self, *, session_id: int | None = None, channel_id: str | None = None
+        self,
+        *,
+        session_id: int | None = None,
+        channel_id: str | None = None,
+        started_by: str | None = None,
     ) -> tuple[int, int]:
-        return await self.store.counts(session_id=session_id, channel_id=channel_id)
+        return await self.store.counts(
+            session_id=session_id, channel_id=channel_id, started_by=started_by
+        )
 
     async def running_background(self, session_id: int) -> int:
         return await self.store.count_running(session_id=session_id, background=True)

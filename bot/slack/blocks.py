@@ -1,0 +1,498 @@
+"""Block Kit views: live progress, task post-backs, the /tasks panel, the log modal, App Home.
+
+Every builder is pure and keeps within Slack's limits (see `bot.slack.text`): long
+text is split over several blocks, pages or a file, never silently cut. Text that
+comes from people or models is escaped before it goes into mrkdwn.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from bot.slack.text import (
+    ANSWER_PREVIEW_CHARS,
+    BUTTON_VALUE_LIMIT,
+    CONTEXT_ELEMENT_TEXT_LIMIT,
+    HEADER_TEXT_LIMIT,
+    MESSAGE_BLOCKS_LIMIT,
+    SECTION_TEXT_LIMIT,
+    VIEW_BLOCKS_LIMIT,
+    AnswerFile,
+    AnswerMessage,
+    escape_mrkdwn,
+    fit_text,
+    format_age,
+    format_duration,
+    format_tokens,
+    mrkdwn_fallback,
+    split_text,
+)
+from bot.store.tasks import TaskDetail, TaskRecord
+
+Block = dict[str, Any]
+
+CANCEL_RUN = "baton_cancel_run"
+VIEW_LOG = "baton_view_log"
+CANCEL_TASK = "baton_cancel_task"
+LOG_PAGE = "baton_log_page"
+
+STATE_MARKS = {"running": "●", "completed": "✓", "failed": "✗", "cancelled": "⊘"}
+
+PROGRESS_LINES = 12
+DETAIL_LOG_LINES = 10
+PANEL_TASKS = 20  # two blocks each, plus the header and the "… and N more" line: < 50
+HOME_TASKS = 15
+PROMPT_PREVIEW_CHARS = 48
+TASK_RESULT_INLINE_LIMIT = 11_000
+# A progress line longer than this is shortened; the full line is in the task log.
+PROGRESS_LINE_CHARS = 300
+
+_CODE_OVERHEAD = len("```\n\n```")
+_CODE_TOKEN = re.compile(r"&(?:amp|lt|gt);|`\u200b``|.", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskPostBack:
+    """The message posted in a thread when a background task ends, and its file if any."""
+
+    text: str
+    blocks: list[Block]
+    file: AnswerFile | None
+
+
+# ------------------------------------------------------------------ primitives
+
+
+def _clip(text: str, limit: int) -> str:
+    """Shorten a label (never content) to `limit` characters, marking the cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _section(mrkdwn: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn}}
+
+
+def _context(mrkdwn: str) -> Block:
+    text = _clip(mrkdwn, CONTEXT_ELEMENT_TEXT_LIMIT) if mrkdwn.strip() else "…"
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}
+
+
+def _button(text: str, action_id: str, value: str, *, style: str | None = None) -> Block:
+    if len(value) > BUTTON_VALUE_LIMIT:
+        # Ids are short; a longer value is a bug that Slack would reject anyway.
+        raise ValueError(f"button value of {len(value)} characters for {action_id}")
+    button: Block = {
+        "type": "button",
+        "text": {"type": "plain_text", "text": text},
+        "action_id": action_id,
+        "value": value,
+    }
+    if style:
+        button["style"] = style
+    return button
+
+
+def _code_line(line: str) -> str:
+    # Three backticks inside a log line would end the code block early.
+    return escape_mrkdwn(line).replace("```", "`\u200b``")
+
+
+def _code(lines: Sequence[str]) -> str:
+    return "```\n" + "\n".join(lines) + "\n```"
+
+
+def _code_tail(lines: Sequence[str], count: int) -> str | None:
+    """The last `count` lines as one code block within a section's limit, or None."""
+    shown = [_code_line(_clip(line, PROGRESS_LINE_CHARS)) for line in lines[-count:]]
+    while shown and sum(len(line) + 1 for line in shown) + _CODE_OVERHEAD > SECTION_TEXT_LIMIT:
+        shown.pop(0)  # the oldest lines go first
+    return _code(shown) if shown else None
+
+
+def _code_sections(lines: Sequence[str]) -> list[str]:
+    """All lines, packed into as few code blocks of ≤ 3,000 characters as they fit."""
+    room = SECTION_TEXT_LIMIT - _CODE_OVERHEAD
+    sections: list[str] = []
+    batch: list[str] = []
+    size = -1
+    for line in lines:
+        for piece in _escaped_pieces(line, room):
+            if batch and size + 1 + len(piece) > room:
+                sections.append(_code(batch))
+                batch, size = [], -1
+            batch.append(piece)
+            size += 1 + len(piece)
+    if batch:
+        sections.append(_code(batch))
+    return sections
+
+
+def _escaped_pieces(line: str, room: int) -> list[str]:
+    """A line as code text, in pieces of at most `room` characters (usually one)."""
+    safe = _code_line(line)
+    if len(safe) <= room:
+        return [safe]
+    pieces: list[str] = []
+    current = ""
+    for token in _CODE_TOKEN.findall(safe):  # never cut inside an entity
+        if len(current) + len(token) > room:
+            pieces.append(current)
+            current = ""
+        current += token
+    pieces.append(current)
+    return pieces
+
+
+def _text_sections(raw: str, *, limit: int = SECTION_TEXT_LIMIT) -> list[str]:
+    """Plain text, escaped, split into pieces of at most `limit` characters."""
+    return _escaped_split(raw, limit=limit, raw_limit=limit)
+
+
+def _escaped_split(raw: str, *, limit: int, raw_limit: int) -> list[str]:
+    pieces: list[str] = []
+    for chunk in split_text(raw, raw_limit):
+        escaped = escape_mrkdwn(chunk)
+        if len(escaped) <= limit:
+            pieces.append(escaped)
+        else:  # escaping made it grow: split this chunk finer
+            pieces.extend(_escaped_split(chunk, limit=limit, raw_limit=max(1, raw_limit // 2)))
+    return pieces
+
+
+def _markdown_sections(markdown: str) -> list[str]:
+    """Markdown as mrkdwn, split into section-sized pieces."""
+    return split_text(mrkdwn_fallback(markdown), SECTION_TEXT_LIMIT)
+
+
+# ----------------------------------------------------------------- live progress
+
+
+def progress_blocks(
+    lines: Sequence[str], *, run_id: str, running: bool, status: str
+) -> list[Block]:
+    """The live progress message of a run.
+
+    Args:
+        lines: Progress lines so far, oldest first; the last 12 are shown.
+        run_id: The run the Cancel button cancels.
+        running: Whether the run still runs (the Cancel button shows only then).
+        status: One mrkdwn line, e.g. "Working…" or "✓ Done · 3 turns · 12.3 s".
+
+    Returns:
+        The message's blocks.
+    """
+    blocks: list[Block] = [_context(status)]
+    tail = _code_tail(lines, PROGRESS_LINES)
+    if tail:
+        blocks.append(_section(tail))
+    if running:
+        blocks.append(
+            {
+                "type": "actions",
+                "elements": [_button("Cancel", CANCEL_RUN, run_id, style="danger")],
+            }
+        )
+    return blocks
+
+
+def progress_text(lines: Sequence[str], status: str) -> str:
+    """The fallback `text` of the progress message: the status and the latest lines."""
+    recent = [_clip(line, PROGRESS_LINE_CHARS) for line in lines[-PROGRESS_LINES:]]
+    return fit_text("\n".join([status, *recent]), SECTION_TEXT_LIMIT)
+
+
+# ------------------------------------------------------------------- task summary
+
+
+def _mark(task: TaskRecord) -> str:
+    return STATE_MARKS.get(task.state, "•")
+
+
+def _title(task: TaskRecord) -> str:
+    return task.description.strip() or "(untitled)"
+
+
+def _prompt_preview(prompt: str) -> str:
+    flat = " ".join(prompt.split())
+    return _clip(flat, PROMPT_PREVIEW_CHARS + 1) if len(flat) > PROMPT_PREVIEW_CHARS else flat
+
+
+def _usage(task: TaskRecord) -> str:
+    return format_tokens(task.prompt_tokens, task.completion_tokens)
+
+
+def _headline(task: TaskRecord) -> str:
+    """ "✓ explore · task-explore-3 · completed · 12.3 s · 1,234 in / 56 out tokens"."""
+    parts = [f"{_mark(task)} {task.agent}", task.id, task.state]
+    if task.duration_s is not None:
+        parts.append(format_duration(task.duration_s))
+    if task.state != "running":
+        parts.append(_usage(task))
+    return " · ".join(parts)
+
+
+def _age(task: TaskRecord, now: datetime) -> str:
+    return format_age((now - task.created_at).total_seconds())
+
+
+def _summary(task: TaskRecord, now: datetime) -> str:
+    """Two mrkdwn lines: mark, agent, title and id; the prompt's start, age and usage."""
+    first = (
+        f"{_mark(task)} *{escape_mrkdwn(task.agent)}* · "
+        f"{escape_mrkdwn(_clip(_title(task), 200))} · `{escape_mrkdwn(task.id)}`"
+    )
+    second = f"“{escape_mrkdwn(_prompt_preview(task.prompt))}” · {_age(task, now)}"
+    if task.state != "running":
+        second += f" · {_usage(task)}"
+    return f"{first}\n{second}"
+
+
+def _task_actions(task: TaskRecord, *, may_cancel: bool, block_id: str) -> Block:
+    elements = [_button("View log", VIEW_LOG, task.id)]
+    if task.state == "running" and may_cancel:
+        elements.append(_button("Cancel", CANCEL_TASK, task.id, style="danger"))
+    return {"type": "actions", "block_id": block_id, "elements": elements}
+
+
+def _counts(running: int, done: int) -> str:
+    return f"⚙ {running} running · {done} done"
+
+
+# --------------------------------------------------------------------- post-back
+
+
+def _outcome_markdown(task: TaskRecord) -> str:
+    """What a task produced, as Markdown: its result, and why it stopped if it failed."""
+    result = (task.result or "").strip()
+    if task.state == "completed":
+        return result or "_(no result text)_"
+    if task.state == "running":
+        return "_Still running._"
+    reason = (task.error or "").strip() or "no reason given"
+    parts = [f"**{task.state.capitalize()}:** {reason}"]
+    if result:
+        parts.append(f"**Partial result:**\n\n{result}")
+    return "\n\n".join(parts)
+
+
+def task_finished_message(task: TaskRecord) -> TaskPostBack:
+    """The message posted in the thread when a background task ends.
+
+    A result longer than about 11,000 characters is shown from its beginning and
+    attached whole as `{task.id}.md`.
+
+    Args:
+        task: The finished task.
+
+    Returns:
+        The fallback text, the blocks, and the file with the whole result if needed.
+    """
+    headline = _headline(task)
+    body = _outcome_markdown(task)
+    file = None
+    shown = body
+    if len(body) > TASK_RESULT_INLINE_LIMIT:
+        filename = f"{task.id}.md"
+        preview = split_text(body, ANSWER_PREVIEW_CHARS)[0]
+        note = f"_… the full result ({len(body):,} characters) is in the attached file {filename}._"
+        shown = f"{preview}\n\n{note}"
+        file = AnswerFile(filename=filename, title=f"Result of {task.id}", content=body)
+    blocks = [_context(escape_mrkdwn(headline)), {"type": "markdown", "text": shown}]
+    text = fit_text(f"{escape_mrkdwn(headline)}\n{mrkdwn_fallback(shown)}")
+    return TaskPostBack(text=text, blocks=blocks, file=file)
+
+
+def error_message(text: str) -> AnswerMessage:
+    """A failure reported in the thread: "✗ " and the reason, escaped, never cut silently."""
+    message = f"✗ {text.strip() or 'something went wrong'}"
+    pieces = _text_sections(message)
+    blocks = [_section(piece) for piece in pieces[: MESSAGE_BLOCKS_LIMIT - 1]]
+    if len(pieces) >= MESSAGE_BLOCKS_LIMIT:
+        hidden = sum(len(piece) for piece in pieces[MESSAGE_BLOCKS_LIMIT - 1 :])
+        blocks.append(_context(f"… {hidden:,} more characters of this error are not shown."))
+    return AnswerMessage(text=fit_text(escape_mrkdwn(message)), blocks=blocks)
+
+
+# ------------------------------------------------------------------ /tasks panel
+
+
+def tasks_panel(
+    tasks: Sequence[TaskRecord],
+    *,
+    now: datetime,
+    running: int,
+    done: int,
+    viewer_may_cancel: Callable[[TaskRecord], bool],
+) -> list[Block]:
+    """The ephemeral `/tasks` panel of one channel.
+
+    Args:
+        tasks: The channel's tasks, newest first; the first 20 are shown.
+        now: The current time, for ages.
+        running: How many of the channel's tasks run.
+        done: How many have finished.
+        viewer_may_cancel: Whether the person looking may cancel a task.
+
+    Returns:
+        The panel's blocks: counts, then per task a summary and its buttons.
+    """
+    blocks: list[Block] = [_section(f"*{_counts(running, done)}*")]
+    if not tasks:
+        blocks.append(
+            _section("No tasks in this channel yet. Mention me in a thread to start one.")
+        )
+        return blocks
+    shown = tasks[:PANEL_TASKS]
+    for index, task in enumerate(shown):
+        blocks.append(_section(_summary(task, now)))
+        blocks.append(
+            _task_actions(task, may_cancel=viewer_may_cancel(task), block_id=f"baton_task_{index}")
+        )
+    more = max(len(tasks), running + done) - len(shown)
+    if more > 0:
+        blocks.append(_context(f"… and {more:,} more"))
+    return blocks
+
+
+def task_detail_blocks(
+    detail: TaskDetail, *, now: datetime, viewer_may_cancel: bool
+) -> list[Block]:
+    """`/tasks ID`: one task's summary, its latest log lines and its buttons."""
+    task = detail.task
+    blocks: list[Block] = [_section(_summary(task, now))]
+    tail = _code_tail(detail.log, DETAIL_LOG_LINES)
+    blocks.append(_section(tail) if tail else _context("No log lines yet."))
+    if len(detail.log) > DETAIL_LOG_LINES:
+        blocks.append(_context(f"The last {DETAIL_LOG_LINES} of {len(detail.log):,} log lines."))
+    blocks.append(_task_actions(task, may_cancel=viewer_may_cancel, block_id="baton_task_0"))
+    return blocks
+
+
+# --------------------------------------------------------------------- log modal
+
+# Each page keeps room for its page line and the two page buttons.
+_LOG_PAGE_BLOCKS = VIEW_BLOCKS_LIMIT - 3
+
+
+def _log_document(detail: TaskDetail) -> list[Block]:
+    """Every block of a task's log, before it is cut into pages."""
+    task = detail.task
+    duration = format_duration(task.duration_s) if task.duration_s is not None else "—"
+    started = task.created_at.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    summary = (
+        f"{_mark(task)} *{escape_mrkdwn(task.agent)}* · `{escape_mrkdwn(task.id)}` · {task.state}\n"
+        f"Started {started} · {duration} · {_usage(task)}"
+    )
+    blocks: list[Block] = [_section(summary)]
+    title = task.description.strip()
+    if title:
+        blocks.extend(_section(piece) for piece in _text_sections(f"Title: {title}"))
+    blocks.append(_section("*Prompt*"))
+    prompt = task.prompt.strip() or "(empty)"
+    blocks.extend(_section(piece) for piece in _text_sections(prompt))
+    blocks.append({"type": "divider"})
+    blocks.append(_section(f"*Log* ({len(detail.log):,} lines)"))
+    if detail.log:
+        blocks.extend(_section(piece) for piece in _code_sections(detail.log))
+    else:
+        blocks.append(_context("No log lines."))
+    blocks.append({"type": "divider"})
+    blocks.append(_section("*— Final result —*"))
+    blocks.extend(_section(piece) for piece in _markdown_sections(_outcome_markdown(task)))
+    return blocks
+
+
+def _paginate(blocks: list[Block]) -> list[list[Block]]:
+    if len(blocks) <= VIEW_BLOCKS_LIMIT:
+        return [blocks]
+    return [blocks[i : i + _LOG_PAGE_BLOCKS] for i in range(0, len(blocks), _LOG_PAGE_BLOCKS)]
+
+
+def log_pages(detail: TaskDetail) -> int:
+    """How many pages the log modal of a task has."""
+    return len(_paginate(_log_document(detail)))
+
+
+def task_log_modal(detail: TaskDetail, *, page: int = 0) -> dict[str, Any]:
+    """The "View log" modal: summary, prompt, the whole log and the final result.
+
+    A log longer than one view (100 blocks) is cut into pages with buttons to move
+    between them; every block is on exactly one page.
+
+    Args:
+        detail: The task and its log.
+        page: Which page to show, from 0; out of range shows the nearest page.
+
+    Returns:
+        A modal view; its `private_metadata` is the task id.
+    """
+    task = detail.task
+    pages = _paginate(_log_document(detail))
+    page = min(max(page, 0), len(pages) - 1)
+    blocks = list(pages[page])
+    if len(pages) > 1:
+        blocks.insert(0, _context(f"Page {page + 1} of {len(pages)}"))
+        if page > 0:
+            blocks.append(
+                {
+                    "type": "actions",
+                    "block_id": "baton_log_previous",
+                    "elements": [
+                        _button("\u2039 Previous page", LOG_PAGE, f"{task.id}:{page - 1}")
+                    ],
+                }
+            )
+        if page < len(pages) - 1:
+            blocks.append(
+                {
+                    "type": "actions",
+                    "block_id": "baton_log_next",
+                    "elements": [_button("Next page \u203a", LOG_PAGE, f"{task.id}:{page + 1}")],
+                }
+            )
+    return {
+        "type": "modal",
+        "title": {"type": "plain_text", "text": "Task log"},
+        "close": {"type": "plain_text", "text": "Close"},
+        "private_metadata": task.id,
+        "blocks": blocks,
+    }
+
+
+# ---------------------------------------------------------------------- App Home
+
+HOME_HINT = (
+    "Mention @baton in a thread to give it work; it answers in the thread. "
+    "`/tasks` lists a channel's tasks."
+)
+
+
+def home_view(
+    *, running: int, done: int, tasks: Sequence[TaskRecord], now: datetime
+) -> dict[str, Any]:
+    """The App Home tab: task counts and the viewer's recent tasks (or how to start)."""
+    blocks: list[Block] = [
+        {
+            "type": "header",
+            "text": {"type": "plain_text", "text": _clip("Baton", HEADER_TEXT_LIMIT)},
+        },
+        _section(_counts(running, done)),
+        {"type": "divider"},
+        _section("*Your recent tasks*"),
+    ]
+    if not tasks:
+        blocks.append(_section(HOME_HINT))
+    for task in tasks[:HOME_TASKS]:
+        line = (
+            f"{_mark(task)} *{escape_mrkdwn(task.agent)}* · "
+            f"{escape_mrkdwn(_clip(_title(task), 200))} · `{escape_mrkdwn(task.id)}` · "
+            f"{_age(task, now)}"
+        )
+        blocks.append(_section(line))
+    if len(tasks) > HOME_TASKS:
+        blocks.append(_context(f"… and {len(tasks) - HOME_TASKS:,} more; `/tasks` in a channel"))
+    return {"type": "home", "blocks": blocks}

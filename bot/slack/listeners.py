@@ -1,0 +1,196 @@
+"""Bolt listeners: each acks at once and hands the work to an owned asyncio task."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.errors import SlackApiError
+
+from bot.app import Baton
+from bot.slack.approvers import Approvers
+from bot.slack.blocks import (
+    CANCEL_RUN,
+    CANCEL_TASK,
+    LOG_PAGE,
+    VIEW_LOG,
+    home_view,
+    task_detail_blocks,
+    task_log_modal,
+    tasks_panel,
+)
+from bot.slack.threads import SlackThreads
+from bot.store.tasks import TaskRecord
+
+logger = logging.getLogger(__name__)
+
+PANEL_TASKS = 25
+HOME_TASKS = 15
+
+
+class Listeners:
+    """The Slack entry points. Thin: parse, ack, call one function."""
+
+    def __init__(self, baton: Baton, threads: SlackThreads, approvers: Approvers) -> None:
+        self.baton = baton
+        self.threads = threads
+        self.client = threads.client
+        self.approvers = approvers
+
+    def register(self, app: AsyncApp) -> None:
+        app.event("app_mention")(self.handle_app_mention)
+        app.event("message")(self.handle_message)
+        app.event("app_home_opened")(self.handle_app_home_opened)
+        app.command("/tasks")(self.handle_tasks_command)
+        app.action(CANCEL_RUN)(self.handle_cancel_run)
+        app.action(VIEW_LOG)(self.handle_view_log)
+        app.action(CANCEL_TASK)(self.handle_cancel_task)
+        app.action(LOG_PAGE)(self.handle_log_page)
+
+    # -------------------------------------------------------------------- events
+
+    async def handle_app_mention(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        self.threads.spawn(
+            self.threads.handle_message(event, team_id=body.get("team_id")), "app_mention"
+        )
+
+    async def handle_message(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        self.threads.spawn(
+            self.threads.handle_message(event, team_id=body.get("team_id")), "message"
+        )
+
+    async def handle_app_home_opened(self, event: dict[str, Any]) -> None:
+        if event.get("tab", "home") == "home":
+            self.threads.spawn(self.publish_home(event["user"]), "app_home")
+
+    async def publish_home(self, user_id: str) -> None:
+        running, done = await self.baton.tracker.counts(started_by=user_id)
+        tasks = await self.baton.tracker.list(started_by=user_id, limit=HOME_TASKS)
+        await self.client.views_publish(
+            user_id=user_id,
+            view=home_view(running=running, done=done, tasks=tasks, now=datetime.now(UTC)),
+        )
+
+    # -------------------------------------------------------------------- /tasks
+
+    async def handle_tasks_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
+        await ack()
+        self.threads.spawn(
+            self.show_tasks(
+                channel=command["channel_id"],
+                user=command["user_id"],
+                task_id=(command.get("text") or "").strip(),
+            ),
+            "tasks_command",
+        )
+
+    async def show_tasks(self, *, channel: str, user: str, task_id: str) -> None:
+        now = datetime.now(UTC)
+        if task_id:
+            detail = await self.baton.tracker.get(task_id)
+            if detail is None or detail.task.channel_id != channel:
+                await self._ephemeral(
+                    channel, user, f"There is no task `{task_id}` in this channel."
+                )
+                return
+            allowed = await self.approvers.may_decide(user, detail.task.started_by)
+            blocks = task_detail_blocks(detail, now=now, viewer_may_cancel=allowed)
+            await self._ephemeral(channel, user, f"Task {task_id}", blocks)
+            return
+        tasks = await self.baton.tracker.list(channel_id=channel, limit=PANEL_TASKS)
+        running, done = await self.baton.tracker.counts(channel_id=channel)
+        is_approver = await self.approvers.includes(user)
+
+        def viewer_may_cancel(task: TaskRecord) -> bool:
+            return is_approver or user == task.started_by
+
+        blocks = tasks_panel(
+            tasks, now=now, running=running, done=done, viewer_may_cancel=viewer_may_cancel
+        )
+        await self._ephemeral(channel, user, f"⚙ {running} running · {done} done", blocks)
+
+    async def _ephemeral(
+        self, channel: str, user: str, text: str, blocks: list[dict[str, Any]] | None = None
+    ) -> None:
+        await self.client.chat_postEphemeral(channel=channel, user=user, text=text, blocks=blocks)
+
+    # ------------------------------------------------------------------- buttons
+
+    async def handle_cancel_run(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        self.threads.spawn(self.cancel_run(body), "cancel_run")
+
+    async def cancel_run(self, body: dict[str, Any]) -> None:
+        user = body["user"]["id"]
+        run_id = body["actions"][0]["value"]
+        run = self.threads.runs.get(run_id)
+        channel = _channel_of(body)
+        if run is None:
+            if channel:
+                await self._ephemeral(channel, user, "That run has already finished.")
+            return
+        if not await self.approvers.may_decide(user, run.user_id):
+            await self._ephemeral(
+                run.channel,
+                user,
+                "Only the person who started this run or an approver can cancel it.",
+            )
+            return
+        self.threads.cancel_run(run_id, user)
+
+    async def handle_view_log(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        self.threads.spawn(self.view_log(body), "view_log")
+
+    async def view_log(self, body: dict[str, Any]) -> None:
+        task_id = body["actions"][0]["value"]
+        detail = await self.baton.tracker.get(task_id)
+        if detail is None or detail.task.channel_id != _channel_of(body):
+            return  # never show another channel's task
+        await self.client.views_open(trigger_id=body["trigger_id"], view=task_log_modal(detail))
+
+    async def handle_log_page(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        self.threads.spawn(self.log_page(body), "log_page")
+
+    async def log_page(self, body: dict[str, Any]) -> None:
+        task_id, _, page = body["actions"][0]["value"].rpartition(":")
+        view = body.get("view") or {}
+        if view.get("private_metadata") != task_id:
+            return
+        detail = await self.baton.tracker.get(task_id)
+        if detail is None:
+            return
+        await self.client.views_update(
+            view_id=view["id"], hash=view.get("hash"), view=task_log_modal(detail, page=int(page))
+        )
+
+    async def handle_cancel_task(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        self.threads.spawn(self.cancel_task(body), "cancel_task")
+
+    async def cancel_task(self, body: dict[str, Any]) -> None:
+        user = body["user"]["id"]
+        task_id = body["actions"][0]["value"]
+        channel = _channel_of(body)
+        detail = await self.baton.tracker.get(task_id)
+        if detail is None or channel is None or detail.task.channel_id != channel:
+            return
+        if not await self.approvers.may_decide(user, detail.task.started_by):
+            await self._ephemeral(
+                channel, user, "Only the person who started this task or an approver can cancel it."
+            )
+            return
+        record = await self.baton.tracker.cancel(task_id, by=f"<@{user}>")
+        text = f"⊘ Cancelled `{task_id}`." if record else f"`{task_id}` is no longer running."
+        try:
+            await self._ephemeral(channel, user, text)
+        except SlackApiError as exc:
+            logger.info("could not confirm the cancel: %s", exc.response.get("error"))
+
+
+def _channel_of(body: dict[str, Any]) -> str | None:
+    channel = (body.get("channel") or {}).get("id")
+    return channel or (body.get("container") or {}).get("channel_id")

@@ -1,0 +1,131 @@
+"""The live progress message of a run: one message, updated in place, rate-limited."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slack.blocks import progress_blocks, progress_text
+
+logger = logging.getLogger(__name__)
+
+VISIBLE_LINES = 12
+MIN_UPDATE_INTERVAL_S = 1.0
+FINAL_WRITE_ATTEMPTS = 5
+
+
+def _retry_after(exc: SlackApiError) -> float:
+    headers = getattr(exc.response, "headers", {}) or {}
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    try:
+        return max(1.0, float(value))
+    except (TypeError, ValueError):
+        return 1.0
+
+
+class ProgressMessage:
+    """Shows the last lines of a run and a Cancel button while it works.
+
+    Updates are coalesced: at most one `chat.update` per `interval` seconds, the
+    latest state winning. Under HTTP 429 the writer waits for Retry-After. The
+    final state is always written (retried a few times), since it replaces the
+    Cancel button with the outcome.
+    """
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        *,
+        channel: str,
+        thread_ts: str,
+        run_id: str,
+        interval: float = MIN_UPDATE_INTERVAL_S,
+    ) -> None:
+        self.client = client
+        self.channel = channel
+        self.thread_ts = thread_ts
+        self.run_id = run_id
+        self.interval = interval
+        self.lines: deque[str] = deque(maxlen=VISIBLE_LINES)
+        self.status = "Working…"
+        self.ts: str | None = None
+        self.updates = 0
+        self._dirty = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._last_write = 0.0
+
+    async def start(self) -> None:
+        response = await self.client.chat_postMessage(
+            channel=self.channel,
+            thread_ts=self.thread_ts,
+            text=progress_text(list(self.lines), self.status),
+            blocks=progress_blocks(
+                list(self.lines), run_id=self.run_id, running=True, status=self.status
+            ),
+        )
+        self.ts = response["ts"]
+        self._last_write = time.monotonic()
+        self._writer = asyncio.create_task(self._write_loop(), name=f"progress-{self.run_id}")
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+        self._dirty.set()
+
+    def set_status(self, status: str) -> None:
+        self.status = status
+        self._dirty.set()
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            wait = self._last_write + self.interval - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._dirty.clear()
+            try:
+                await self._write(running=True)
+            except SlackApiError as exc:
+                if exc.response.status_code == 429:
+                    self._dirty.set()
+                    await asyncio.sleep(_retry_after(exc))
+                else:
+                    logger.warning("progress update failed: %s", exc.response.get("error"))
+            except Exception:
+                logger.exception("progress update failed")
+
+    async def _write(self, *, running: bool) -> None:
+        assert self.ts is not None
+        lines = list(self.lines)
+        await self.client.chat_update(
+            channel=self.channel,
+            ts=self.ts,
+            text=progress_text(lines, self.status),
+            blocks=progress_blocks(lines, run_id=self.run_id, running=running, status=self.status),
+        )
+        self.updates += 1
+        self._last_write = time.monotonic()
+
+    async def finish(self, status: str) -> None:
+        """Write the final state (no Cancel button); retried through rate limits."""
+        if self._writer is not None:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+        self.status = status
+        if self.ts is None:
+            return
+        for attempt in range(FINAL_WRITE_ATTEMPTS):
+            try:
+                await self._write(running=False)
+                return
+            except SlackApiError as exc:
+                if exc.response.status_code != 429 or attempt == FINAL_WRITE_ATTEMPTS - 1:
+                    logger.warning("final progress update failed: %s", exc.response.get("error"))
+                    return
+                await asyncio.sleep(_retry_after(exc))

@@ -1,0 +1,57 @@
+"""The Slack surface, built once from Baton: the Bolt app, its client, its listeners."""
+
+from __future__ import annotations
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.app import Baton
+from bot.config import Settings
+from bot.slack.approvers import Approvers
+from bot.slack.listeners import Listeners
+from bot.slack.threads import SlackThreads
+
+
+def build_web_client(settings: Settings) -> AsyncWebClient:
+    """The Web API client: SLACK_API_URL, and retries that honour Retry-After on 429."""
+    return AsyncWebClient(
+        token=settings.slack_bot_token,
+        base_url=settings.slack_api_url,
+        retry_handlers=[
+            AsyncConnectionErrorRetryHandler(max_retry_count=2),
+            AsyncRateLimitErrorRetryHandler(max_retry_count=3),
+            AsyncServerErrorRetryHandler(max_retry_count=2),
+        ],
+    )
+
+
+class SlackSurface:
+    """Baton in Slack."""
+
+    def __init__(self, baton: Baton) -> None:
+        settings = baton.settings
+        self.baton = baton
+        self.client = build_web_client(settings)
+        self.app = AsyncApp(
+            client=self.client,
+            signing_secret=settings.slack_signing_secret or "",
+            # Socket Mode messages are not signed; HTTP requests always are checked.
+            request_verification_enabled=not settings.socket_mode,
+        )
+        self.threads = SlackThreads(baton, self.client)
+        self.approvers = Approvers(self.client, settings.approvers)
+        Listeners(baton, self.threads, self.approvers).register(self.app)
+
+    async def start(self) -> None:
+        """Post background results to their threads; fail what a restart interrupted."""
+        self.baton.tracker.on_finish(self.threads.post_task_finished)
+        await self.baton.tracker.recover()
+
+    async def stop(self, grace_s: float) -> None:
+        await self.threads.drain(grace_s)
+        await self.baton.tracker.shutdown()

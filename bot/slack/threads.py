@@ -1,0 +1,425 @@
+"""Runs in Slack threads: one session per thread, live progress, steering, answers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.app import Baton
+from bot.engine import ChatMessage, Done, ErrorEvent, RunEvent, ToolResult, ToolStart
+from bot.sessions import UnknownAgentError
+from bot.slack.answers import post_answer, post_messages
+from bot.slack.blocks import task_finished_message
+from bot.slack.people import UserNames
+from bot.slack.progress import ProgressMessage
+from bot.slack.text import (
+    AnswerMessage,
+    format_duration,
+    format_tokens,
+    mention_free,
+    parse_direct_agent,
+)
+from bot.store import SessionKey
+from bot.store.tasks import TaskRecord
+from bot.subagents import SubAgentEvent
+from bot.subagents.runner import describe_event
+
+logger = logging.getLogger(__name__)
+
+# Subtypes that are real messages from people; everything else (edits, deletes,
+# joins, bot messages) starts nothing.
+PERSON_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
+STATUS_REFRESH_S = 90.0  # assistant thread status expires after two minutes
+MAX_CONTEXT_MESSAGES = 50
+MAX_CONTEXT_CHARS = 2_000
+
+
+@dataclass(slots=True)
+class ActiveRun:
+    """A run going on in a thread; messages for it wait in `inbox`."""
+
+    run_id: str
+    key: SessionKey
+    user_id: str
+    channel: str
+    thread_ts: str
+    inbox: list[ChatMessage] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+    cancelled_by: str | None = None
+
+    def take_inbox(self) -> list[ChatMessage]:
+        taken = list(self.inbox)
+        self.inbox.clear()
+        return taken
+
+
+class SlackThreads:
+    """Turns Slack messages into runs, and runs into thread messages."""
+
+    def __init__(self, baton: Baton, client: AsyncWebClient) -> None:
+        self.baton = baton
+        self.client = client
+        self.names = UserNames(client)
+        self.bot_user_id: str | None = None
+        self.bot_id: str | None = None
+        self.runs: dict[str, ActiveRun] = {}
+        self.threads: dict[str, ActiveRun] = {}
+        self.accepting = True
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def spawn(self, work: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Run `work` outside the listener; owned, its failure logged."""
+        task = asyncio.create_task(self._guard(work, name), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    @staticmethod
+    async def _guard(work: Coroutine[Any, Any, Any], name: str) -> None:
+        try:
+            await work
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("%s failed", name)
+
+    async def identify(self) -> None:
+        """Learn the bot's own user id, so its messages are never taken as input."""
+        if self.bot_user_id is None:
+            response = await self.client.auth_test()
+            self.bot_user_id = response.get("user_id")
+            self.bot_id = response.get("bot_id")
+
+    async def drain(self, grace_s: float) -> None:
+        """Stop taking work, let runs finish for `grace_s` seconds, then cancel the rest."""
+        self.accepting = False
+        pending = [t for t in self._tasks if not t.done()]
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=grace_s)
+            for task in still:
+                task.cancel()
+            await asyncio.gather(*still, return_exceptions=True)
+
+    # ------------------------------------------------------------------ messages
+
+    def is_from_a_person(self, event: dict[str, Any]) -> bool:
+        if event.get("bot_id") or event.get("subtype") not in PERSON_SUBTYPES:
+            return False
+        user = event.get("user")
+        return bool(user) and user != self.bot_user_id
+
+    async def handle_message(self, event: dict[str, Any], *, team_id: str | None) -> None:
+        """A mention, a DM, or a message in a thread the bot is working in."""
+        if not self.accepting or not self.is_from_a_person(event):
+            return
+        await self.identify()
+        channel = event["channel"]
+        ts = event["ts"]
+        thread_ts = event.get("thread_ts") or ts
+        text = event.get("text") or ""
+        is_dm = event.get("channel_type") == "im" or channel.startswith("D")
+        mentioned = bool(self.bot_user_id) and f"<@{self.bot_user_id}" in text
+        if not (is_dm or mentioned or event.get("thread_ts")):
+            return  # plain channel chatter outside threads is none of our business
+        # Recorded before any work: a retry, or the same message arriving as both
+        # app_mention and message.channels, finds the claim and starts nothing.
+        if not await self.baton.events.claim(f"msg:{channel}:{ts}"):
+            return
+        key = SessionKey.slack_thread(
+            team_id=team_id or event.get("team") or "-", channel_id=channel, thread_ts=thread_ts
+        )
+        user = event["user"]
+        active = self.threads.get(key.key)
+        if active is not None:
+            await self._steer(active, user, text)
+            return
+        if not (is_dm or mentioned):
+            return
+        run = ActiveRun(
+            run_id=uuid.uuid4().hex[:12],
+            key=key,
+            user_id=user,
+            channel=channel,
+            thread_ts=thread_ts,
+        )
+        self.runs[run.run_id] = run
+        self.threads[key.key] = run
+        run.task = asyncio.current_task()  # type: ignore[assignment]
+        try:
+            await self._run(run, ts=ts, text=text, is_dm=is_dm)
+        finally:
+            self.runs.pop(run.run_id, None)
+            if self.threads.get(key.key) is run:
+                self.threads.pop(key.key, None)
+            # Messages that came in after the last LLM call: answer them, not lose them.
+            if run.inbox and self.accepting:
+                leftover = "\n".join(m.content or "" for m in run.take_inbox())
+                self.spawn(
+                    self._follow_up(run, leftover, team_id=key.team_id), f"follow-up-{run.run_id}"
+                )
+
+    async def _follow_up(self, run: ActiveRun, text: str, *, team_id: str | None) -> None:
+        event = {
+            "channel": run.channel,
+            "ts": f"{run.thread_ts}-followup-{uuid.uuid4().hex[:6]}",
+            "thread_ts": run.thread_ts,
+            "user": run.user_id,
+            "text": f"<@{self.bot_user_id}> {text}",
+        }
+        await self.handle_message(event, team_id=team_id)
+
+    async def _steer(self, run: ActiveRun, user: str, text: str) -> None:
+        name = await self.names.name_of(user)
+        clean = mention_free(text, self.bot_user_id or "")
+        run.inbox.append(
+            ChatMessage(
+                role="user",
+                content=f"[{name} <@{user}>, while you were working] {clean}",
+            )
+        )
+        with contextlib.suppress(SlackApiError):
+            await self.client.chat_postMessage(
+                channel=run.channel,
+                thread_ts=run.thread_ts,
+                text=f"↪ Got it, <@{user}>: I'll take that into account before my next step.",
+            )
+
+    # ---------------------------------------------------------------------- runs
+
+    async def _run(self, run: ActiveRun, *, ts: str, text: str, is_dm: bool) -> None:
+        clean = mention_free(text, self.bot_user_id or "")
+        direct = parse_direct_agent(clean)
+        if direct is not None and self.baton.agents.get(direct[0]) is None:
+            available = ", ".join(f"`{n}`" for n in self.baton.agents.names())
+            await self.client.chat_postMessage(
+                channel=run.channel,
+                thread_ts=run.thread_ts,
+                text=f"I have no agent named `{direct[0]}`. Available agents: {available}.",
+            )
+            return
+        progress = ProgressMessage(
+            self.client, channel=run.channel, thread_ts=run.thread_ts, run_id=run.run_id
+        )
+        started = time.monotonic()
+        status_task = self.spawn(self._keep_status(run), f"status-{run.run_id}") if is_dm else None
+        final = "✗ Stopped"
+        try:
+            await progress.start()
+            if direct is not None:
+                final = await self._run_agent(run, progress, direct[0], direct[1], started)
+            else:
+                final = await self._run_main(run, progress, ts, clean, started)
+        except asyncio.CancelledError:
+            who = f" by <@{run.cancelled_by}>" if run.cancelled_by else ""
+            final = f"⊘ Cancelled{who}"
+            raise
+        except SlackApiError as exc:
+            final = f"✗ Slack refused a message: {exc.response.get('error')}"
+            logger.warning("Slack error during a run: %s", exc.response.get("error"))
+            await self._report(run, final)
+        except Exception as exc:
+            logger.exception("run %s failed", run.run_id)
+            final = f"✗ Something went wrong: {type(exc).__name__}: {exc}"
+            await self._report(run, final)
+        finally:
+            if status_task is not None:
+                status_task.cancel()
+            await asyncio.shield(progress.finish(final))
+
+    async def _report(self, run: ActiveRun, text: str) -> None:
+        with contextlib.suppress(SlackApiError):
+            await self.client.chat_postMessage(
+                channel=run.channel, thread_ts=run.thread_ts, text=text
+            )
+
+    async def _run_main(
+        self, run: ActiveRun, progress: ProgressMessage, ts: str, text: str, started: float
+    ) -> str:
+        name = await self.names.name_of(run.user_id)
+        context = await self._thread_context(run, ts)
+        child_usage: dict[str, tuple[str, int]] = {}
+        done: Done | None = None
+        errors: list[str] = []
+        async for event in self.baton.conversations.run_turn(
+            run.key,
+            f"[{name} <@{run.user_id}>] {text}",
+            user_id=run.user_id,
+            progress=lambda update: self._show_child(progress, update, child_usage),
+            inbox=run.take_inbox,
+            context=context,
+        ):
+            self._show(progress, event)
+            if isinstance(event, ErrorEvent):
+                errors.append(event.message)
+            elif isinstance(event, Done):
+                done = event
+        assert done is not None
+        for message in errors:
+            await self._report(run, f"✗ {message}")
+        if done.final_text.strip():
+            await post_answer(
+                self.client, channel=run.channel, thread_ts=run.thread_ts, markdown=done.final_text
+            )
+        mark = (
+            "✓ Done"
+            if done.stop_reason == "completed"
+            else ("✗ Stopped at the turn limit" if done.stop_reason == "max_turns" else "✗ Failed")
+        )
+        parts = [
+            mark,
+            f"{done.turns} turn{'s' if done.turns != 1 else ''}",
+            format_tokens(done.usage.prompt_tokens, done.usage.completion_tokens),
+            format_duration(time.monotonic() - started),
+        ]
+        parts += [
+            f"{agent} {task_id}: {tokens:,} tokens"
+            for task_id, (agent, tokens) in child_usage.items()
+        ]
+        return " · ".join(parts)
+
+    async def _run_agent(
+        self, run: ActiveRun, progress: ProgressMessage, agent: str, text: str, started: float
+    ) -> str:
+        if not text:
+            await self._report(
+                run, f"Write the task after the agent's name: `@{agent} what to do`."
+            )
+            return "✗ No task given"
+        try:
+            outcome = await self.baton.conversations.run_agent(
+                run.key,
+                agent,
+                text,
+                user_id=run.user_id,
+                progress=lambda update: self._show_child(progress, update, {}),
+            )
+        except UnknownAgentError as exc:
+            await self._report(run, str(exc))
+            return "✗ Unknown agent"
+        header = f"*{agent}* · `{outcome.task_id}`"
+        body = outcome.text or "(no answer text)"
+        if outcome.state != "completed":
+            body = f"✗ {outcome.error or outcome.state}\n\n{body}"
+        await post_answer(
+            self.client,
+            channel=run.channel,
+            thread_ts=run.thread_ts,
+            markdown=f"{header}\n\n{body}",
+        )
+        mark = "✓ Done" if outcome.state == "completed" else f"✗ {outcome.state.capitalize()}"
+        return " · ".join(
+            [
+                f"{mark} ({agent})",
+                f"{outcome.turns} turns",
+                format_tokens(outcome.usage.prompt_tokens, outcome.usage.completion_tokens),
+                format_duration(time.monotonic() - started),
+            ]
+        )
+
+    def _show(self, progress: ProgressMessage, event: RunEvent) -> None:
+        if isinstance(event, ToolStart | ToolResult | ErrorEvent):
+            if line := describe_event(event):
+                progress.add(line)
+
+    def _show_child(
+        self,
+        progress: ProgressMessage,
+        update: SubAgentEvent,
+        usage: dict[str, tuple[str, int]],
+    ) -> None:
+        if update.background:
+            return  # background work reports when it finishes
+        if isinstance(update.event, Done):
+            usage[update.task_id] = (update.agent, update.event.usage.total_tokens)
+        if line := describe_event(update.event):
+            progress.add(f"[{update.agent}] {line}")
+
+    async def _keep_status(self, run: ActiveRun) -> None:
+        """Show "is working…" in assistant threads, refreshed before it expires."""
+        try:
+            while True:
+                await self.client.assistant_threads_setStatus(
+                    channel_id=run.channel, thread_ts=run.thread_ts, status="is working…"
+                )
+                await asyncio.sleep(STATUS_REFRESH_S)
+        except SlackApiError:
+            return  # not an assistant thread, or the feature is off: the message path suffices
+        finally:
+            with contextlib.suppress(SlackApiError, asyncio.CancelledError):
+                await asyncio.shield(
+                    self.client.assistant_threads_setStatus(
+                        channel_id=run.channel, thread_ts=run.thread_ts, status=""
+                    )
+                )
+
+    async def _thread_context(self, run: ActiveRun, ts: str) -> str | None:
+        """On a thread's first turn, what was said in it before Baton was asked."""
+        if run.thread_ts == ts or await self.baton.conversations.history(run.key):
+            return None
+        try:
+            response = await self.client.conversations_replies(
+                channel=run.channel, ts=run.thread_ts, limit=200
+            )
+        except SlackApiError as exc:
+            logger.info("conversations.replies failed: %s", exc.response.get("error"))
+            return None
+        lines = []
+        for message in response.get("messages", []):
+            if message.get("ts") == ts:
+                break
+            if message.get("bot_id") or message.get("user") == self.bot_user_id:
+                continue
+            user = message.get("user")
+            if not user:
+                continue
+            text = mention_free(message.get("text") or "", self.bot_user_id or "").strip()
+            if not text:
+                continue
+            if len(text) > MAX_CONTEXT_CHARS:
+                text = text[:MAX_CONTEXT_CHARS] + "…"
+            lines.append(f"[{await self.names.name_of(user)} <@{user}>] {text}")
+        if not lines:
+            return None
+        lines = lines[-MAX_CONTEXT_MESSAGES:]
+        return (
+            "<thread_context>\nEarlier messages in this Slack thread, oldest first (context "
+            "only; you were not asked about them yet):\n" + "\n".join(lines) + "\n</thread_context>"
+        )
+
+    # ------------------------------------------------------------ cancel, tasks
+
+    def cancel_run(self, run_id: str, user_id: str) -> ActiveRun | None:
+        run = self.runs.get(run_id)
+        if run is None or run.task is None:
+            return None
+        run.cancelled_by = user_id
+        run.task.cancel()
+        return run
+
+    async def post_task_finished(self, record: TaskRecord) -> None:
+        """Tell the thread that started a background task how it ended."""
+        if not record.background:
+            return
+        session = await self.baton.conversations.store.get(record.session_id)
+        if session is None or session.kind != "slack" or not session.channel_id:
+            return
+        assert session.thread_ts is not None
+        post = task_finished_message(record)
+        await post_messages(
+            self.client,
+            channel=session.channel_id,
+            thread_ts=session.thread_ts,
+            messages=[AnswerMessage(text=post.text, blocks=post.blocks)],
+            file=post.file,
+        )

@@ -1,0 +1,205 @@
+"""Drive the real Bolt app over HTTP, signed as Slack signs, against the local fakes."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+
+from bot.app import Baton, build_baton
+from bot.slack.server import EVENTS_PATH, HttpServer
+from bot.slack.surface import SlackSurface
+from tests.conftest import make_settings
+from tests.fakes.openai_api import FakeOpenAI
+from tests.fakes.slack_api import FakeSlackAPI
+
+SIGNING_SECRET = "test-signing-secret"
+TEAM = "T0001"
+BOT = "UBOT"
+ALICE = "UALICE"
+BOB = "UBOB"
+MAIN_MARK = "You are Baton"
+
+_counter = itertools.count(1)
+
+
+def sign(body: str, timestamp: int | None = None, secret: str = SIGNING_SECRET) -> dict[str, str]:
+    """Headers exactly as Slack sends them: v0 HMAC-SHA256 over `v0:{ts}:{body}`."""
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    digest = hmac.new(secret.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={digest}"}
+
+
+def next_ts() -> str:
+    return f"{1_700_000_000 + next(_counter)}.{next(_counter):06d}"
+
+
+@dataclass
+class SlackHarness:
+    """The bot as deployed, with Slack and the model replaced by local fakes."""
+
+    slack: FakeSlackAPI
+    llm: FakeOpenAI
+    baton: Baton
+    surface: SlackSurface
+    server: HttpServer
+    http: aiohttp.ClientSession
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.port}"
+
+    async def post(
+        self, body: str, *, content_type: str, headers: dict[str, str] | None = None
+    ) -> aiohttp.ClientResponse:
+        all_headers = {"Content-Type": content_type, **sign(body), **(headers or {})}
+        async with self.http.post(f"{self.url}{EVENTS_PATH}", data=body, headers=all_headers) as r:
+            await r.read()
+            return r
+
+    async def send_event(
+        self, event: dict[str, Any], *, event_id: str | None = None, retry: int | None = None
+    ) -> aiohttp.ClientResponse:
+        payload = {
+            "token": "legacy",
+            "team_id": TEAM,
+            "api_app_id": "ABATON",
+            "event": event,
+            "type": "event_callback",
+            "event_id": event_id or f"Ev{next(_counter)}",
+            "event_time": int(time.time()),
+            "authorizations": [{"team_id": TEAM, "user_id": BOT, "is_bot": True}],
+        }
+        headers = (
+            {"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"}
+            if retry
+            else None
+        )
+        return await self.post(
+            json.dumps(payload), content_type="application/json", headers=headers
+        )
+
+    async def mention(
+        self, text: str, *, channel: str = "C1", user: str = ALICE, thread_ts: str | None = None,
+        ts: str | None = None,
+    ) -> str:  # fmt: skip
+        """Send an app_mention (as Slack would, with the bot mention in the text); its ts."""
+        ts = ts or next_ts()
+        self.slack.add_message(channel, f"<@{BOT}> {text}", user, ts=ts, thread_ts=thread_ts)
+        event = {
+            "type": "app_mention", "user": user, "text": f"<@{BOT}> {text}", "ts": ts,
+            "channel": channel, "event_ts": ts, "team": TEAM,
+        }  # fmt: skip
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        response = await self.send_event(event)
+        assert response.status == 200
+        return ts
+
+    async def command(self, text: str = "", *, channel: str = "C1", user: str = ALICE) -> int:
+        body = urlencode(
+            {
+                "token": "legacy", "team_id": TEAM, "team_domain": "baton-test",
+                "channel_id": channel, "channel_name": "general", "user_id": user,
+                "user_name": user.lower(), "command": "/tasks", "text": text,
+                "api_app_id": "ABATON", "trigger_id": f"{next(_counter)}.trigger",
+                "response_url": "https://hooks.slack.com/commands/T0001/1/x",
+            }
+        )  # fmt: skip
+        response = await self.post(body, content_type="application/x-www-form-urlencoded")
+        return response.status
+
+    async def click(
+        self, action_id: str, value: str, *, user: str, channel: str = "C1",
+        message_ts: str | None = None, view: dict[str, Any] | None = None,
+    ) -> int:  # fmt: skip
+        """A button click (block_actions), built from a button the bot posted."""
+        payload: dict[str, Any] = {
+            "type": "block_actions",
+            "user": {"id": user, "username": user.lower(), "team_id": TEAM},
+            "api_app_id": "ABATON",
+            "token": "legacy",
+            "trigger_id": f"{next(_counter)}.trigger",
+            "team": {"id": TEAM, "domain": "baton-test"},
+            "actions": [
+                {
+                    "action_id": action_id,
+                    "block_id": "b",
+                    "value": value,
+                    "type": "button",
+                    "action_ts": str(time.time()),
+                }
+            ],
+        }
+        if view is not None:
+            payload["container"] = {"type": "view", "view_id": view["id"]}
+            payload["view"] = view
+        else:
+            payload["container"] = {
+                "type": "message", "message_ts": message_ts or "0", "channel_id": channel,
+                "is_ephemeral": message_ts is None,
+            }  # fmt: skip
+            payload["channel"] = {"id": channel, "name": "general"}
+            payload["response_url"] = "https://hooks.slack.com/actions/T0001/1/x"
+        body = urlencode({"payload": json.dumps(payload)})
+        response = await self.post(body, content_type="application/x-www-form-urlencoded")
+        return response.status
+
+    def thread(self, channel: str, thread_ts: str) -> list[dict[str, Any]]:
+        return self.slack.thread_messages(channel, thread_ts)
+
+    def bot_texts(self, channel: str, thread_ts: str) -> list[str]:
+        return [m.get("text", "") for m in self.thread(channel, thread_ts) if m.get("user") == BOT]
+
+    def main_requests(self) -> list[Any]:
+        return [r for r in self.llm.requests if str(r.messages[0]["content"]).startswith(MAIN_MARK)]
+
+    async def settle(self) -> None:
+        """Wait until every run, task and notification in flight has finished."""
+        await until(lambda: not any(not t.done() for t in self.surface.threads._tasks))
+        await self.baton.tracker.wait_for_children()
+        await until(lambda: not any(not t.done() for t in self.surface.threads._tasks))
+
+
+async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
+    """Poll `condition` until it holds; fail the test after `within` seconds."""
+    async with asyncio.timeout(within):
+        # Polling is the point: the condition is state in fakes, with no event to wait on.
+        while not condition():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+
+async def start_harness(tmp_path: Path, **overrides: Any) -> AsyncIterator[SlackHarness]:
+    async with FakeSlackAPI(bot_user_id=BOT) as slack, FakeOpenAI() as llm:
+        slack.add_user(ALICE, "alice", real_name="Alice Liddell", display_name="Alice")
+        slack.add_user(BOB, "bob", real_name="Bob Dylan", display_name="Bob")
+        settings = make_settings(
+            tmp_path, llm.url,
+            slack_bot_token="xoxb-test", slack_signing_secret=SIGNING_SECRET,
+            slack_api_url=slack.url, **overrides,
+        )  # fmt: skip
+        baton = await build_baton(settings)
+        surface = SlackSurface(baton)
+        await surface.start()
+        server = HttpServer(surface, host="127.0.0.1", port=0)
+        await server.start()
+        async with aiohttp.ClientSession() as http:
+            harness = SlackHarness(
+                slack=slack, llm=llm, baton=baton, surface=surface, server=server, http=http
+            )
+            try:
+                yield harness
+            finally:
+                await surface.stop(5)
+                await server.stop()
+                await baton.close()
