@@ -28,6 +28,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.fanout
+	$(BIN)/python -m bench.ack_latency
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
