@@ -6,7 +6,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from slack_sdk.errors import SlackApiError
 
 from bot.app import Baton
@@ -75,18 +75,39 @@ class Listeners:
 
     # -------------------------------------------------------------------- /tasks
 
-    async def handle_tasks_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
+    async def handle_tasks_command(
+        self, ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond
+    ) -> None:
         await ack()
         self.threads.spawn(
             self.show_tasks(
                 channel=command["channel_id"],
                 user=command["user_id"],
                 task_id=(command.get("text") or "").strip(),
+                respond=respond,
             ),
             "tasks_command",
         )
 
-    async def show_tasks(self, *, channel: str, user: str, task_id: str) -> None:
+    async def show_tasks(
+        self, *, channel: str, user: str, task_id: str, respond: AsyncRespond | None = None
+    ) -> None:
+        try:
+            await self._show_tasks(channel=channel, user=user, task_id=task_id)
+        except SlackApiError as exc:
+            # chat.postEphemeral needs the bot in the channel; the command's own
+            # response URL works everywhere, so say so through it.
+            if respond is None or exc.response.get("error") not in {
+                "channel_not_found",
+                "not_in_channel",
+            }:
+                raise
+            await respond(
+                text="Invite me to this channel (/invite @baton) to list its tasks here.",
+                response_type="ephemeral",
+            )
+
+    async def _show_tasks(self, *, channel: str, user: str, task_id: str) -> None:
         now = datetime.now(UTC)
         if task_id:
             detail = await self.baton.tracker.get(task_id)

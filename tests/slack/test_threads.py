@@ -312,3 +312,21 @@ async def test_steering_reaches_the_running_agent(harness: SlackHarness) -> None
         f"[Bob <@{BOB}>, while you were working] also check the tests please"
     )
     assert len(harness.main_requests()) == 2  # no second run was started for it
+
+
+async def test_progress_updates_are_coalesced_and_show_the_last_lines(
+    harness: SlackHarness,
+) -> None:
+    calls = [ToolCallSpec("list_dir", {}, id=f"c{n}") for n in range(20)]
+    harness.llm.script(Reply(tool_calls=calls), Reply(text="Listed twenty times."))
+    began = asyncio.get_running_loop().time()
+    ts = await harness.mention("list a lot")
+    await harness.settle()
+    elapsed = asyncio.get_running_loop().time() - began
+    updates = harness.slack.calls_to("chat.update")
+    # 40 progress lines, yet at most one write per second plus the final one.
+    assert 1 <= len(updates) <= int(elapsed) + 2
+    final = json.dumps(updates[-1].params["blocks"], ensure_ascii=False)
+    assert final.count("▸ list_dir") + final.count("✓") >= 12
+    assert "✓ Done" in final
+    assert "Listed twenty times." in answer_text(harness, "C1", ts)
