@@ -72,13 +72,15 @@ async def decide(hooks: Sequence[Hook], invocation: ToolInvocation) -> HookDecis
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalRequest:
-    """What a person is asked to decide."""
+    """What a person is asked to decide; `agent` and `task_id` say who is asking."""
 
     call_id: str
     tool_name: str
     arguments: str
     reason: str
     risk: str | None
+    agent: str = "main"
+    task_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

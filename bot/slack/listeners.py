@@ -10,6 +10,8 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from slack_sdk.errors import SlackApiError
 
 from bot.app import Baton
+from bot.slack.approval_views import APPROVE, DENY, SHOW_ARGUMENTS
+from bot.slack.approvals import SlackApprovals, approval_value
 from bot.slack.approvers import Approvers
 from bot.slack.blocks import (
     CANCEL_RUN,
@@ -33,11 +35,18 @@ HOME_TASKS = 15
 class Listeners:
     """The Slack entry points. Thin: parse, ack, call one function."""
 
-    def __init__(self, baton: Baton, threads: SlackThreads, approvers: Approvers) -> None:
+    def __init__(
+        self,
+        baton: Baton,
+        threads: SlackThreads,
+        approvers: Approvers,
+        approvals: SlackApprovals,
+    ) -> None:
         self.baton = baton
         self.threads = threads
         self.client = threads.client
         self.approvers = approvers
+        self.approvals = approvals
 
     def register(self, app: AsyncApp) -> None:
         app.event("app_mention")(self.handle_app_mention)
@@ -48,6 +57,9 @@ class Listeners:
         app.action(VIEW_LOG)(self.handle_view_log)
         app.action(CANCEL_TASK)(self.handle_cancel_task)
         app.action(LOG_PAGE)(self.handle_log_page)
+        app.action(APPROVE)(self.handle_approve)
+        app.action(DENY)(self.handle_deny)
+        app.action(SHOW_ARGUMENTS)(self.handle_show_arguments)
 
     # -------------------------------------------------------------------- events
 
@@ -210,6 +222,30 @@ class Listeners:
             await self._ephemeral(channel, user, text)
         except SlackApiError as exc:
             logger.info("could not confirm the cancel: %s", exc.response.get("error"))
+
+    # ----------------------------------------------------------------- approvals
+
+    async def handle_approve(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        self.threads.spawn(self.decide(body, approve=True), "approve")
+
+    async def handle_deny(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        self.threads.spawn(self.decide(body, approve=False), "deny")
+
+    async def decide(self, body: dict[str, Any], *, approve: bool) -> None:
+        user = body["user"]["id"]
+        result = await self.approvals.click(approval_value(body), user=user, approve=approve)
+        channel = _channel_of(body)
+        if result.message and channel:
+            await self._ephemeral(channel, user, result.message)
+
+    async def handle_show_arguments(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        self.threads.spawn(
+            self.approvals.show_arguments(approval_value(body), trigger_id=body["trigger_id"]),
+            "show_arguments",
+        )
 
 
 def _channel_of(body: dict[str, Any]) -> str | None:

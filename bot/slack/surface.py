@@ -12,9 +12,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.app import Baton
 from bot.config import Settings
+from bot.slack.approvals import POLL_S, SlackApprovals
 from bot.slack.approvers import Approvers
 from bot.slack.listeners import Listeners
 from bot.slack.threads import SlackThreads
+from bot.store.approvals import ApprovalStore
 
 
 def build_web_client(settings: Settings) -> AsyncWebClient:
@@ -33,7 +35,7 @@ def build_web_client(settings: Settings) -> AsyncWebClient:
 class SlackSurface:
     """Baton in Slack."""
 
-    def __init__(self, baton: Baton) -> None:
+    def __init__(self, baton: Baton, *, approval_poll_s: float = POLL_S) -> None:
         settings = baton.settings
         self.baton = baton
         self.client = build_web_client(settings)
@@ -43,14 +45,22 @@ class SlackSurface:
             # Socket Mode messages are not signed; HTTP requests always are checked.
             request_verification_enabled=not settings.socket_mode,
         )
-        self.threads = SlackThreads(baton, self.client)
         self.approvers = Approvers(self.client, settings.approvers)
-        Listeners(baton, self.threads, self.approvers).register(self.app)
+        self.approvals = SlackApprovals(
+            store=ApprovalStore(baton.database),
+            client=self.client,
+            approvers=self.approvers,
+            timeout_s=settings.approval_timeout_s,
+            poll_s=approval_poll_s,
+        )
+        self.threads = SlackThreads(baton, self.client, self.approvals)
+        Listeners(baton, self.threads, self.approvers, self.approvals).register(self.app)
 
     async def start(self) -> None:
-        """Post background results to their threads; fail what a restart interrupted."""
+        """Post background results to their threads; close what a restart interrupted."""
         self.baton.tracker.on_finish(self.threads.post_task_finished)
         await self.baton.tracker.recover()
+        await self.approvals.expire_abandoned()
 
     async def stop(self, grace_s: float) -> None:
         await self.threads.drain(grace_s)

@@ -15,9 +15,19 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.app import Baton
-from bot.engine import ChatMessage, Done, ErrorEvent, RunEvent, ToolResult, ToolStart
+from bot.engine import (
+    ApprovalFunc,
+    ApprovalRequired,
+    ChatMessage,
+    Done,
+    ErrorEvent,
+    RunEvent,
+    ToolResult,
+    ToolStart,
+)
 from bot.sessions import UnknownAgentError
 from bot.slack.answers import post_answer, post_messages
+from bot.slack.approvals import SlackApprovals
 from bot.slack.blocks import task_finished_message
 from bot.slack.people import UserNames
 from bot.slack.progress import ProgressMessage
@@ -65,9 +75,10 @@ class ActiveRun:
 class SlackThreads:
     """Turns Slack messages into runs, and runs into thread messages."""
 
-    def __init__(self, baton: Baton, client: AsyncWebClient) -> None:
+    def __init__(self, baton: Baton, client: AsyncWebClient, approvals: SlackApprovals) -> None:
         self.baton = baton
         self.client = client
+        self.approvals = approvals
         self.names = UserNames(client)
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
@@ -255,6 +266,7 @@ class SlackThreads:
             run.key,
             f"[{name} <@{run.user_id}>] {text}",
             user_id=run.user_id,
+            approval=await self._approval_for(run),
             progress=lambda update: self._show_child(progress, update, child_usage),
             inbox=run.take_inbox,
             context=context,
@@ -302,6 +314,7 @@ class SlackThreads:
                 agent,
                 text,
                 user_id=run.user_id,
+                approval=await self._approval_for(run),
                 progress=lambda update: self._show_child(progress, update, {}),
             )
         except UnknownAgentError as exc:
@@ -327,8 +340,17 @@ class SlackThreads:
             ]
         )
 
+    async def _approval_for(self, run: ActiveRun) -> ApprovalFunc:
+        session = await self.baton.conversations.store.get_or_create(run.key)
+        return self.approvals.for_run(
+            session_id=session.id,
+            channel=run.channel,
+            thread_ts=run.thread_ts,
+            requested_by=run.user_id,
+        )
+
     def _show(self, progress: ProgressMessage, event: RunEvent) -> None:
-        if isinstance(event, ToolStart | ToolResult | ErrorEvent):
+        if isinstance(event, ToolStart | ToolResult | ErrorEvent | ApprovalRequired):
             if line := describe_event(event):
                 progress.add(line)
 

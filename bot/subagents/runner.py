@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bot.engine import (
@@ -182,7 +182,9 @@ class SubAgentRunner:
             started_by=parent.user_id,
         )
         try:
-            return await self._run(record, definition, prompt, parent, parent.approval)
+            return await self._run(
+                record, definition, prompt, parent, _labelled(parent.approval, record)
+            )
         except asyncio.CancelledError:
             await asyncio.shield(
                 self.tracker.finish(
@@ -328,6 +330,17 @@ class SubAgentRunner:
             usage=done.usage,
             turns=done.turns,
         )
+
+
+def _labelled(approval: ApprovalFunc | None, record: TaskRecord) -> ApprovalFunc | None:
+    """The caller's approval channel, with requests saying which child asks."""
+    if approval is None:
+        return None
+
+    async def ask(request: ApprovalRequest) -> ApprovalDecision:
+        return await approval(replace(request, agent=record.agent, task_id=record.id))
+
+    return ask
 
 
 def _clip(text: str) -> str:

@@ -161,6 +161,15 @@ class SlackHarness:
     def bot_texts(self, channel: str, thread_ts: str) -> list[str]:
         return [m.get("text", "") for m in self.thread(channel, thread_ts) if m.get("user") == BOT]
 
+    def find_button(self, channel: str, thread_ts: str, action_id: str) -> dict[str, Any] | None:
+        """The newest message in a thread with a button `action_id`, and that button."""
+        for message in reversed(self.thread(channel, thread_ts)):
+            for block in message.get("blocks") or ():
+                for element in block.get("elements") or ():
+                    if element.get("action_id") == action_id:
+                        return {"message": message, "button": element}
+        return None
+
     def main_requests(self) -> list[Any]:
         return [r for r in self.llm.requests if str(r.messages[0]["content"]).startswith(MAIN_MARK)]
 
@@ -189,7 +198,7 @@ async def start_harness(tmp_path: Path, **overrides: Any) -> AsyncIterator[Slack
             slack_api_url=slack.url, **overrides,
         )  # fmt: skip
         baton = await build_baton(settings)
-        surface = SlackSurface(baton)
+        surface = SlackSurface(baton, approval_poll_s=0.05)
         await surface.start()
         server = HttpServer(surface, host="127.0.0.1", port=0)
         await server.start()
