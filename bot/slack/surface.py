@@ -61,6 +61,7 @@ class SlackSurface:
         self.baton.tracker.on_finish(self.threads.post_task_finished)
         await self.baton.tracker.recover()
         await self.approvals.expire_abandoned()
+        await self.baton.events.prune()
 
     async def stop(self, grace_s: float) -> None:
         await self.threads.drain(grace_s)

@@ -141,15 +141,15 @@ class SlackThreads:
         text = event.get("text") or ""
         is_dm = event.get("channel_type") == "im" or channel.startswith("D")
         mentioned = bool(self.bot_user_id) and f"<@{self.bot_user_id}" in text
-        if not (is_dm or mentioned or event.get("thread_ts")):
-            return  # plain channel chatter outside threads is none of our business
+        key = SessionKey.slack_thread(
+            team_id=team_id or event.get("team") or "-", channel_id=channel, thread_ts=thread_ts
+        )
+        if not (is_dm or mentioned or key.key in self.threads):
+            return  # chatter that neither asks Baton nor steers one of its runs
         # Recorded before any work: a retry, or the same message arriving as both
         # app_mention and message.channels, finds the claim and starts nothing.
         if not await self.baton.events.claim(f"msg:{channel}:{ts}"):
             return
-        key = SessionKey.slack_thread(
-            team_id=team_id or event.get("team") or "-", channel_id=channel, thread_ts=thread_ts
-        )
         user = event["user"]
         active = self.threads.get(key.key)
         if active is not None:

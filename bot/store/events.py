@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from sqlalchemy import delete
 from sqlalchemy.exc import IntegrityError
+from sqlmodel import col
 
 from bot.store.database import Database
-from bot.store.models import ProcessedEventRow
+from bot.store.models import ProcessedEventRow, utcnow
+
+# Slack retries within minutes; a week of claims is far more than any retry needs.
+KEEP_CLAIMS = timedelta(days=7)
 
 
 class EventLedger:
@@ -23,3 +30,14 @@ class EventLedger:
         except IntegrityError:
             return False
         return True
+
+    async def prune(self, older_than: timedelta = KEEP_CLAIMS) -> int:
+        """Forget claims older than `older_than`; returns how many were removed."""
+        async with self.database.sessions() as session:
+            result = await session.exec(
+                delete(ProcessedEventRow).where(
+                    col(ProcessedEventRow.created_at) < utcnow() - older_than
+                )
+            )
+            await session.commit()
+            return int(result.rowcount or 0)

@@ -85,6 +85,17 @@ async def test_event_ledger_claims_once(database: Database) -> None:
     assert await ledger.claim("Ev124")
 
 
+async def test_event_ledger_forgets_old_claims(database: Database) -> None:
+    from datetime import timedelta
+
+    ledger = EventLedger(database)
+    assert await ledger.claim("old")
+    assert await ledger.prune(older_than=timedelta(days=7)) == 0
+    assert not await ledger.claim("old")
+    assert await ledger.prune(older_than=timedelta(seconds=-1)) == 1
+    assert await ledger.claim("old")
+
+
 def test_sqlite_uses_wal(tmp_path: Path) -> None:
     async def journal_mode() -> str:
         db = Database(f"sqlite:///{tmp_path / 'w.db'}")
