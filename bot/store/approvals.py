@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 from sqlalchemy import update
 from sqlmodel import col, select
 
 from bot.store.database import Database
-from bot.store.models import ApprovalRow, utcnow
+from bot.store.models import ApprovalRow, as_utc, utcnow
 
 ApprovalState = Literal["pending", "approved", "denied", "expired", "cancelled"]
 
@@ -36,12 +36,6 @@ class ApprovalRecord:
     created_at: datetime
 
 
-def _aware(moment: datetime | None) -> datetime | None:
-    if moment is None:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _record(row: ApprovalRow) -> ApprovalRecord:
     return ApprovalRecord(
         id=row.id,
@@ -54,10 +48,10 @@ def _record(row: ApprovalRow) -> ApprovalRecord:
         state=row.state,  # type: ignore[arg-type]
         requested_by=row.requested_by,
         decided_by=row.decided_by,
-        decided_at=_aware(row.decided_at),
+        decided_at=as_utc(row.decided_at) if row.decided_at else None,
         channel_id=row.channel_id,
         message_ts=row.message_ts,
-        created_at=_aware(row.created_at) or utcnow(),
+        created_at=as_utc(row.created_at),
     )
 
 

@@ -13,6 +13,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes; everything Baton writes is UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 def _timestamp(**kwargs: Any) -> Any:
     return Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), **kwargs))
 

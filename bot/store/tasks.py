@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 from sqlalchemy import func, update
@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from bot.store.database import Database
-from bot.store.models import TaskLogRow, TaskRow, TaskSequenceRow, utcnow
+from bot.store.models import TaskLogRow, TaskRow, TaskSequenceRow, as_utc, utcnow
 
 TaskState = Literal["running", "completed", "failed", "cancelled"]
 FINISHED_STATES: tuple[TaskState, ...] = ("completed", "failed", "cancelled")
@@ -43,7 +43,7 @@ class TaskRecord:
     def duration_s(self) -> float | None:
         if self.finished_at is None:
             return None
-        return (_aware(self.finished_at) - _aware(self.created_at)).total_seconds()
+        return (as_utc(self.finished_at) - as_utc(self.created_at)).total_seconds()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,11 +52,6 @@ class TaskDetail:
 
     task: TaskRecord
     log: tuple[str, ...]
-
-
-def _aware(moment: datetime) -> datetime:
-    # SQLite hands back naive datetimes; everything Baton writes is UTC.
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _record(row: TaskRow) -> TaskRecord:
@@ -75,8 +70,8 @@ def _record(row: TaskRow) -> TaskRecord:
         prompt_tokens=row.prompt_tokens,
         completion_tokens=row.completion_tokens,
         delivered=row.delivered,
-        created_at=_aware(row.created_at),
-        finished_at=_aware(row.finished_at) if row.finished_at else None,
+        created_at=as_utc(row.created_at),
+        finished_at=as_utc(row.finished_at) if row.finished_at else None,
     )
 
 

@@ -172,15 +172,7 @@ class SubAgentRunner:
         parent: ParentContext,
     ) -> TaskOutcome:
         """Run a child inside the caller's turn; cancelling the caller cancels it."""
-        record = await self.tracker.start(
-            session_id=parent.session_id,
-            channel_id=parent.channel_id,
-            agent=definition.name,
-            description=description,
-            prompt=prompt,
-            background=False,
-            started_by=parent.user_id,
-        )
+        record = await self._record(definition, prompt, description, parent, background=False)
         try:
             return await self._run(
                 record, definition, prompt, parent, _labelled(parent.approval, record)
@@ -206,20 +198,31 @@ class SubAgentRunner:
             running = await self.tracker.running_background(parent.session_id)
             if running >= self.max_background_tasks:
                 raise TaskLimitReached(self.max_background_tasks)
-            record = await self.tracker.start(
-                session_id=parent.session_id,
-                channel_id=parent.channel_id,
-                agent=definition.name,
-                description=description,
-                prompt=prompt,
-                background=True,
-                started_by=parent.user_id,
-            )
+            record = await self._record(definition, prompt, description, parent, background=True)
         self.tracker.run_child(
             record.id,
             self._run_background(record, definition, prompt, parent),
         )
         return record
+
+    async def _record(
+        self,
+        definition: AgentDefinition,
+        prompt: str,
+        description: str,
+        parent: ParentContext,
+        *,
+        background: bool,
+    ) -> TaskRecord:
+        return await self.tracker.start(
+            session_id=parent.session_id,
+            channel_id=parent.channel_id,
+            agent=definition.name,
+            description=description,
+            prompt=prompt,
+            background=background,
+            started_by=parent.user_id,
+        )
 
     async def _run_background(
         self,
