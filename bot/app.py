@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import openai
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from bot.config import Settings
 from bot.engine import LLMClient
 from bot.errors import ConfigError
+from bot.permissions.danger import find_path_danger
 from bot.permissions.hook import PermissionHook
 from bot.permissions.rules import PermissionRules
 from bot.sessions import Conversations, MainAgent, main_system_prompt
@@ -46,6 +50,18 @@ class Baton:
         await self.database.close()
 
 
+def sqlite_files(database_url: str) -> list[Path]:
+    """The files of a SQLite database (with its WAL and shared-memory files), if it is one."""
+    try:
+        url = make_url(database_url)
+    except ArgumentError:
+        return []  # Database() reports the bad URL with the variable's name
+    if not url.drivername.startswith("sqlite") or not url.database or url.database == ":memory:":
+        return []
+    path = Path(url.database).expanduser().resolve()
+    return [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+
+
 def build_agent_registry(settings: Settings) -> AgentRegistry:
     """Agent files from `<workspace>/.baton/agents`, then `agent_dirs`, then built-ins."""
     roots = [settings.workspace / PROTECTED_DIR / "agents", *settings.agent_dirs]
@@ -63,6 +79,7 @@ async def build_baton(settings: Settings) -> Baton:
     workspace = Workspace(
         settings.workspace,
         protected_files=[settings.config_path] if settings.config_path else [],
+        private_files=sqlite_files(settings.database_url),
     )
     openai_client = openai.AsyncOpenAI(
         # A local OpenAI-compatible server often needs no key; the client insists on one.
@@ -72,7 +89,11 @@ async def build_baton(settings: Settings) -> Baton:
     )
     database = Database(settings.database_url)
     await database.create_schema()
-    tools = build_workspace_tools(workspace, environment=os.environ)
+    tools = build_workspace_tools(
+        workspace,
+        environment=os.environ,
+        is_secret=lambda path: find_path_danger(path) is not None,
+    )
     permissions = PermissionHook(
         PermissionRules.parse(
             allow=settings.permissions.allow,

@@ -72,6 +72,9 @@ def render_agents(settings: Settings) -> str:
         shown = ", ".join(definition.resolve_tools(tools).names()) or "none"
         if not definition.tools and not definition.disallowed_tools:
             shown += " (inherits all)"
+        named = {*definition.tools, *definition.disallowed_tools} - {"task"}
+        if unknown := sorted(name for name in named if name not in tools):
+            shown += f" (unknown, ignored: {', '.join(unknown)})"
         rows.append(
             (
                 definition.name,

@@ -93,6 +93,13 @@ class Settings(BaseModel):
     agent_dirs: tuple[Path, ...]
     permissions: PermissionsConfig
 
+    @field_validator("slack_api_url")
+    @classmethod
+    def _api_url_ends_with_slash(cls, url: str) -> str:
+        # slack_sdk joins method names onto the base URL: without the slash,
+        # https://host/api + chat.postMessage would become https://host/chat.postMessage.
+        return url if url.endswith("/") else url + "/"
+
     @property
     def socket_mode(self) -> bool:
         return bool(self.slack_app_token)

@@ -122,3 +122,10 @@ def test_missing_workspace_is_refused(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_empty_config_file_means_defaults(tmp_path: Path) -> None:
     write(tmp_path / "baton.yaml", "# nothing yet\n")
     assert load_settings(cwd=tmp_path).max_turns == 50
+
+
+def test_slack_api_url_gets_its_trailing_slash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLACK_API_URL", "http://127.0.0.1:9/api")
+    assert load_settings(cwd=tmp_path).slack_api_url == "http://127.0.0.1:9/api/"

@@ -15,6 +15,7 @@ from bot.permissions.shell_words import (
     command_words,
     effective_command,
     redirect_targets,
+    redirections,
     split_segments,
 )
 from bot.tools.base import Tool
@@ -46,40 +47,68 @@ class PermissionHook:
         value = _main_value(tool, arguments)
         if tool.argument_kind == "command" and value is not None:
             return self._check_command(tool, value)
-        values = self._path_values(value) if value is not None else []
-        if denied := _first_match(self.rules.deny, tool, values):
+        if value is None or tool.argument_kind != "path":
+            return self._decide(
+                tool, every=[value] if value else [], exact=[value] if value else []
+            )
+        resolved = self._resolved(value)
+        if resolved is not None and not tool.read_only and self.workspace.is_protected(resolved):
+            return HookDecision.deny(
+                f"{value!r} is protected: Baton's configuration and {PROTECTED_DIR}/ cannot be "
+                "changed by any tool"
+            )
+        exact = [self.workspace.relative(resolved), str(resolved)] if resolved else []
+        # Deny rules see every spelling of the path; allow and ask rules only the path
+        # it really is, so `src/../Makefile` is never covered by `write_file(src/**)`.
+        every = list(dict.fromkeys([value, os.path.normpath(value), *exact]))
+        for candidate in every:
+            if danger := find_path_danger(candidate):
+                if denied := _first_match(self.rules.deny, tool, every):
+                    return HookDecision.deny(f"the rule deny: {denied.text} forbids it")
+                return HookDecision.ask(danger.reason, risk=danger.pattern)
+        return self._decide(tool, every=every, exact=exact)
+
+    def _decide(self, tool: Tool, *, every: list[str], exact: list[str]) -> HookDecision:
+        if denied := _first_match(self.rules.deny, tool, every):
             return HookDecision.deny(f"the rule deny: {denied.text} forbids it")
-        if value is not None and tool.argument_kind == "path":
-            for candidate in {value, *values}:
-                if danger := find_path_danger(candidate):
-                    return HookDecision.ask(danger.reason, risk=danger.pattern)
-        if asked := _first_match(self.rules.ask, tool, values):
+        if asked := _first_match(self.rules.ask, tool, every):
             return HookDecision.ask(f"the rule ask: {asked.text} matches it")
-        if allowed := _first_match(self.rules.allow, tool, values):
+        if allowed := _first_match(self.rules.allow, tool, exact):
             return HookDecision.allow(f"the rule allow: {allowed.text} matches it")
         return self._default(tool)
 
+    def _resolved(self, value: str) -> Path | None:
+        try:
+            return self.workspace.resolve(value)
+        except WorkspaceError:
+            return None
+
     def _check_command(self, tool: Tool, command: str) -> HookDecision:
         try:
-            segments = [" ".join(command_words(s)) for s in split_segments(command)]
+            parsed = split_segments(command)
         except CommandParseError:
-            segments = []
-        values = [command, *segments]
-        if denied := _first_match(self.rules.deny, tool, values):
+            parsed = []
+        # Each part as written, and as the program it really runs (`/bin/rm`, `env rm`,
+        # `then rm` all run rm), so a deny rule cannot be stepped around.
+        written = [" ".join(command_words(s)) for s in parsed]
+        effective = [_effective_text(s) for s in parsed]
+        every = list(dict.fromkeys([command, *written, *effective]))
+        if denied := _first_match(self.rules.deny, tool, every):
             return HookDecision.deny(f"the rule deny: {denied.text} forbids it")
         if reason := self._protected_reason(command):
             return HookDecision.deny(reason)
         if danger := find_command_danger(command):
             return HookDecision.ask(danger.reason, risk=danger.pattern)
-        if asked := _first_match(self.rules.ask, tool, values):
+        if asked := _first_match(self.rules.ask, tool, every):
             return HookDecision.ask(f"the rule ask: {asked.text} matches it")
-        # A compound command is allowed only when every part of it is: an allow rule
-        # for `git status*` must not let `git status && curl … ` through.
-        parts = segments or [command]
-        allowing = [_first_match(self.rules.allow, tool, [part]) for part in parts]
-        if all(allowing):
-            names = ", ".join(sorted({rule.text for rule in allowing if rule}))
-            return HookDecision.allow(f"the rule allow: {names} matches it")
+        # A compound command is allowed only when every part of it is: an allow rule for
+        # `git status*` must not let `git status && curl …` through, nor `git status >
+        # file`, which writes where the rule never said.
+        if parsed and not any(_writes(s) for s in parsed):
+            allowing = [_first_match(self.rules.allow, tool, [part]) for part in written]
+            if all(allowing):
+                names = ", ".join(sorted({rule.text for rule in allowing if rule}))
+                return HookDecision.allow(f"the rule allow: {names} matches it")
         return self._default(tool)
 
     def _default(self, tool: Tool) -> HookDecision:
@@ -88,16 +117,6 @@ class PermissionHook:
         return HookDecision.ask(
             f"{tool.name} can change files or run programs, and no rule allows it"
         )
-
-    def _path_values(self, value: str) -> list[str]:
-        """The ways a path argument can be written: as given, workspace-relative, absolute."""
-        values = [value, os.path.normpath(value)]
-        try:
-            resolved = self.workspace.resolve(value)
-        except WorkspaceError:
-            return values
-        values += [self.workspace.relative(resolved), str(resolved)]
-        return list(dict.fromkeys(values))
 
     def _protected_reason(self, command: str) -> str | None:
         """Refuse commands that could write Baton's config or `.baton/`.
@@ -115,6 +134,8 @@ class PermissionHook:
             name = PurePosixPath(program[0]).name if program else ""
             targets = redirect_targets(segment)
             for word in (*words, *targets):
+                if self._names_file(word, self.workspace.private_files):
+                    return f"{word!r} is Baton's own database; no tool may use it"
                 if not self._names_protected(word):
                     continue
                 if word in targets or name not in READ_ONLY_PROGRAMS:
@@ -127,14 +148,38 @@ class PermissionHook:
     def _names_protected(self, word: str) -> bool:
         if PROTECTED_DIR in PurePosixPath(word).parts:
             return True
-        for protected in self.workspace.protected_files:
-            if word == str(protected):
+        return self._names_file(word, self.workspace.protected_files)
+
+    def _names_file(self, word: str, files: frozenset[Path]) -> bool:
+        for path in files:
+            if word == str(path):
                 return True
-            if PurePosixPath(word).name == protected.name:
+            if PurePosixPath(word).name == path.name:
                 candidate = Path(word) if os.path.isabs(word) else self.workspace.root / word
-                if os.path.realpath(candidate) == str(protected):
+                if os.path.realpath(candidate) == str(path):
                     return True
         return False
+
+
+HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+
+
+def _writes(segment: Sequence[str]) -> bool:
+    """Whether a part of a command writes to a file through a redirection."""
+    for operator, target in redirections(segment):
+        duplicates_a_descriptor = operator.endswith("&") and (target.isdigit() or target == "-")
+        if ">" not in operator or duplicates_a_descriptor or target.startswith("&"):
+            continue
+        if target not in HARMLESS_TARGETS:
+            return True
+    return False
+
+
+def _effective_text(segment: Sequence[str]) -> str:
+    program = effective_command(command_words(segment))
+    if not program:
+        return ""
+    return " ".join([PurePosixPath(program[0]).name.lstrip("\\"), *program[1:]])
 
 
 def _main_value(tool: Tool, arguments: object) -> str | None:

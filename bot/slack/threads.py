@@ -51,6 +51,7 @@ PERSON_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 STATUS_REFRESH_S = 90.0  # assistant thread status expires after two minutes
 MAX_CONTEXT_MESSAGES = 50
 MAX_CONTEXT_CHARS = 2_000
+MAX_REPLY_PAGES = 10
 
 
 @dataclass(slots=True)
@@ -63,12 +64,15 @@ class ActiveRun:
     channel: str
     thread_ts: str
     inbox: list[ChatMessage] = field(default_factory=list)
+    # (author, text) of each inbox message, to answer them as their authors' own.
+    authors: list[tuple[str, str]] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     cancelled_by: str | None = None
 
     def take_inbox(self) -> list[ChatMessage]:
         taken = list(self.inbox)
         self.inbox.clear()
+        self.authors.clear()
         return taken
 
 
@@ -174,18 +178,23 @@ class SlackThreads:
             if self.threads.get(key.key) is run:
                 self.threads.pop(key.key, None)
             # Messages that came in after the last LLM call: answer them, not lose them.
-            if run.inbox and self.accepting:
-                leftover = "\n".join(m.content or "" for m in run.take_inbox())
+            leftovers = list(run.authors) if self.accepting else []
+            run.take_inbox()
+            for author, leftover in leftovers:
                 self.spawn(
-                    self._follow_up(run, leftover, team_id=key.team_id), f"follow-up-{run.run_id}"
+                    self._follow_up(run, author, leftover, team_id=key.team_id),
+                    f"follow-up-{run.run_id}",
                 )
 
-    async def _follow_up(self, run: ActiveRun, text: str, *, team_id: str | None) -> None:
+    async def _follow_up(
+        self, run: ActiveRun, author: str, text: str, *, team_id: str | None
+    ) -> None:
+        """Answer a message that arrived too late for the run it was meant for, as its own."""
         event = {
             "channel": run.channel,
-            "ts": f"{run.thread_ts}-followup-{uuid.uuid4().hex[:6]}",
+            "ts": f"{run.thread_ts}-followup-{uuid.uuid4().hex[:8]}",
             "thread_ts": run.thread_ts,
-            "user": run.user_id,
+            "user": author,
             "text": f"<@{self.bot_user_id}> {text}",
         }
         await self.handle_message(event, team_id=team_id)
@@ -199,6 +208,7 @@ class SlackThreads:
                 content=f"[{name} <@{user}>, while you were working] {clean}",
             )
         )
+        run.authors.append((user, clean))
         with contextlib.suppress(SlackApiError):
             await self.client.chat_postMessage(
                 channel=run.channel,
@@ -389,15 +399,23 @@ class SlackThreads:
         """On a thread's first turn, what was said in it before Baton was asked."""
         if run.thread_ts == ts or await self.baton.conversations.history(run.key):
             return None
+        messages: list[dict[str, Any]] = []
+        cursor: str | None = None
         try:
-            response = await self.client.conversations_replies(
-                channel=run.channel, ts=run.thread_ts, limit=200
-            )
+            for _ in range(MAX_REPLY_PAGES):
+                response = await self.client.conversations_replies(
+                    channel=run.channel, ts=run.thread_ts, limit=200, cursor=cursor
+                )
+                messages += response.get("messages", [])
+                cursor = (response.get("response_metadata") or {}).get("next_cursor")
+                if not cursor or any(m.get("ts") == ts for m in messages):
+                    break
         except SlackApiError as exc:
             logger.info("conversations.replies failed: %s", exc.response.get("error"))
-            return None
+            if not messages:
+                return None
         lines = []
-        for message in response.get("messages", []):
+        for message in messages:
             if message.get("ts") == ts:
                 break
             if message.get("bot_id") or message.get("user") == self.bot_user_id:

@@ -120,7 +120,5 @@ class ApprovalStore:
 
     async def pending(self) -> list[ApprovalRecord]:
         async with self.database.sessions() as session:
-            result = await session.exec(
-                select(ApprovalRow).where(ApprovalRow.state == "pending")
-            )
+            result = await session.exec(select(ApprovalRow).where(ApprovalRow.state == "pending"))
             return [_record(row) for row in result.all()]

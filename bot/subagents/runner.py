@@ -173,15 +173,39 @@ class SubAgentRunner:
     ) -> TaskOutcome:
         """Run a child inside the caller's turn; cancelling the caller cancels it."""
         record = await self._record(definition, prompt, description, parent, background=False)
+        # The child runs in a task of its own, known to the tracker, so `/tasks` can
+        # cancel it without cancelling the run that waits for it.
+        child = asyncio.create_task(
+            self._run(record, definition, prompt, parent, _labelled(parent.approval, record)),
+            name=record.id,
+        )
+        self.tracker.attach(record.id, child)
         try:
-            return await self._run(
-                record, definition, prompt, parent, _labelled(parent.approval, record)
-            )
+            return await child
         except asyncio.CancelledError:
-            await asyncio.shield(
-                self.tracker.finish(
-                    record.id, state="cancelled", error="cancelled with the run that started it"
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                # The caller itself is being cancelled: the child goes with it.
+                await asyncio.shield(
+                    self.tracker.finish(
+                        record.id, state="cancelled", error="cancelled with the run that started it"
+                    )
                 )
+                raise
+            detail = await self.tracker.get(record.id)
+            reason = detail.task.error if detail and detail.task.error else "cancelled"
+            return TaskOutcome(
+                task_id=record.id,
+                agent=definition.name,
+                state="cancelled",
+                text="",
+                error=reason,
+                usage=Usage(),
+                turns=0,
+            )
+        except Exception as exc:
+            await self.tracker.finish(
+                record.id, state="failed", error=f"crashed: {type(exc).__name__}: {exc}"
             )
             raise
 

@@ -120,7 +120,9 @@ class TaskTool(Tool):
         return format_outcome(outcome)
 
 
-def _title(prompt: str, words: int = 6) -> str:
+def _title(prompt: str, words: int = 6, limit: int = 120) -> str:
     parts = prompt.split()
     title = " ".join(parts[:words])
+    if len(title) > limit:
+        return title[: limit - 1] + "…"
     return title + ("…" if len(parts) > words else "")

@@ -26,7 +26,7 @@ class TaskTracker:
     def __init__(self, store: TaskStore) -> None:
         self.store = store
         self._callbacks: list[FinishCallback] = []
-        self._children: dict[str, asyncio.Task[None]] = {}
+        self._children: dict[str, asyncio.Task[Any]] = {}
         self._notifications: set[asyncio.Task[None]] = set()
         # Serialises the background cap check with the insert, so two parallel
         # `task` calls cannot both take the last free place.
@@ -99,7 +99,10 @@ class TaskTracker:
 
     def run_child(self, task_id: str, work: Coroutine[Any, Any, None]) -> None:
         """Run a background child outside the caller's turn, owned by the tracker."""
-        child = asyncio.create_task(work, name=task_id)
+        self.attach(task_id, asyncio.create_task(work, name=task_id))
+
+    def attach(self, task_id: str, child: asyncio.Task[Any]) -> None:
+        """Know a running child's asyncio task, so `cancel` can stop it."""
         self._children[task_id] = child
         child.add_done_callback(lambda _: self._children.pop(task_id, None))
 

@@ -4,15 +4,18 @@ from collections.abc import Mapping
 
 from bot.tools.base import Tool, ToolArguments, ToolRegistry, cap_output
 from bot.tools.files import EditFile, ListDir, ReadFile, WriteFile
-from bot.tools.search import Glob, Grep
+from bot.tools.search import Glob, Grep, SecretCheck
 from bot.tools.shell import Bash
 from bot.tools.workspace import Workspace
 
 
 def build_workspace_tools(
-    workspace: Workspace, *, environment: Mapping[str, str] | None = None
+    workspace: Workspace,
+    *,
+    environment: Mapping[str, str] | None = None,
+    is_secret: SecretCheck | None = None,
 ) -> ToolRegistry:
-    """Every built-in tool, working in `workspace`."""
+    """Every built-in tool, working in `workspace`; grep skips files `is_secret` flags."""
     return ToolRegistry(
         [
             ReadFile(workspace),
@@ -20,7 +23,7 @@ def build_workspace_tools(
             EditFile(workspace),
             ListDir(workspace),
             Glob(workspace),
-            Grep(workspace),
+            Grep(workspace, is_secret=is_secret),
             Bash(workspace, environment=environment),
         ]
     )

@@ -108,8 +108,9 @@ class WriteFile(Tool):
         path = self.workspace.resolve_for_write(args.path)
         if path.is_dir():
             raise ToolError(f"{self.workspace.relative(path)} is a directory")
-        existed = path.exists()
-        written = await asyncio.to_thread(_write_text, path, args.content)
+        async with self.workspace.lock_for(path):
+            existed = path.exists()
+            written = await asyncio.to_thread(_write_text, path, args.content)
         verb = "Overwrote" if existed else "Created"
         return f"{verb} {self.workspace.relative(path)} ({written:,} bytes)"
 
@@ -140,6 +141,10 @@ class EditFile(Tool):
             raise ToolError("old_text is empty; use write_file to create or replace a whole file")
         if args.old_text == args.new_text:
             raise ToolError("old_text and new_text are the same; nothing would change")
+        async with self.workspace.lock_for(path):
+            return await self._edit(path, shown, args)
+
+    async def _edit(self, path: Path, shown: str, args: EditFileArgs) -> str:
         text = await asyncio.to_thread(_read_text, path, shown)
         count = text.count(args.old_text)
         if count == 0:

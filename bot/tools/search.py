@@ -6,6 +6,7 @@ import asyncio
 import fnmatch
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path, PurePath
 
 from pydantic import Field
@@ -98,17 +99,30 @@ def _iter_files(base: Path) -> list[Path]:
     return files
 
 
+SecretCheck = Callable[[str], bool]
+
+
 def _grep(
-    workspace: Workspace, base: Path, regex: re.Pattern[str], include: str | None, limit: int
-) -> tuple[list[str], int]:
+    workspace: Workspace,
+    base: Path,
+    regex: re.Pattern[str],
+    include: str | None,
+    limit: int,
+    is_secret: SecretCheck | None,
+) -> tuple[list[str], int, list[str]]:
     results: list[str] = []
     total = 0
+    skipped: list[str] = []
     for path in _iter_files(base):
         shown = workspace.relative(path)
         if include and not (fnmatch.fnmatch(path.name, include) or fnmatch.fnmatch(shown, include)):
             continue
+        if is_secret is not None and is_secret(shown):
+            # Secrets (.env, keys) are read only through read_file, which asks a person.
+            skipped.append(shown)
+            continue
         real = Path(os.path.realpath(path))
-        if not real.is_relative_to(workspace.root):
+        if not real.is_relative_to(workspace.root) or real in workspace.private_files:
             continue
         try:
             if real.stat().st_size > MAX_GREP_FILE_BYTES:
@@ -125,7 +139,7 @@ def _grep(
                     if len(line) > MAX_GREP_LINE_CHARS:
                         line = line[:MAX_GREP_LINE_CHARS] + "…"
                     results.append(f"{shown}:{number}: {line}")
-    return results, total
+    return results, total, skipped
 
 
 class Grep(Tool):
@@ -138,8 +152,9 @@ class Grep(Tool):
     read_only = True
     main_argument = "path"
 
-    def __init__(self, workspace: Workspace) -> None:
+    def __init__(self, workspace: Workspace, *, is_secret: SecretCheck | None = None) -> None:
         self.workspace = workspace
+        self.is_secret = is_secret
 
     async def run(self, args: GrepArgs) -> str:
         try:
@@ -149,14 +164,18 @@ class Grep(Tool):
         base = self.workspace.resolve(args.path)
         if not base.exists():
             raise ToolError(f"{self.workspace.relative(base)} does not exist")
-        results, total = await asyncio.to_thread(
-            _grep, self.workspace, base, regex, args.include, args.max_results
+        results, total, skipped = await asyncio.to_thread(
+            _grep, self.workspace, base, regex, args.include, args.max_results, self.is_secret
         )
-        if not results:
-            return f"no lines match {args.pattern!r}"
         if total > len(results):
             results.append(
                 f"[… {total - len(results)} more matching lines; narrow the search or raise "
                 "max_results …]"
             )
-        return "\n".join(results)
+        if skipped:
+            names = ", ".join(skipped[:10]) + (" …" if len(skipped) > 10 else "")
+            results.append(
+                f"[skipped {len(skipped)} file(s) that may hold secrets ({names}); read one "
+                "with read_file, which asks a person first]"
+            )
+        return "\n".join(results) if results else f"no lines match {args.pattern!r}"

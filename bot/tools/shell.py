@@ -115,8 +115,9 @@ class Bash(Tool):
         output = _BoundedOutput(self.output_limit)
         reader = asyncio.create_task(self._collect(process, output))
         try:
-            await asyncio.wait_for(asyncio.shield(reader), timeout=args.timeout_s)
-            code = await process.wait()
+            # One deadline for reading and exiting: a command that closes its output and
+            # goes on running is still bound by the timeout.
+            code = await asyncio.wait_for(self._finish(process, reader), timeout=args.timeout_s)
         except TimeoutError:
             await self._kill(process, reader)
             return cap_output(
@@ -130,6 +131,11 @@ class Bash(Tool):
         text = output.text()
         body = f"exit code {code}\n{text}" if text else f"exit code {code} (no output)"
         return cap_output(body, self.output_limit)
+
+    @staticmethod
+    async def _finish(process: asyncio.subprocess.Process, reader: asyncio.Task[None]) -> int:
+        await asyncio.shield(reader)
+        return await process.wait()
 
     @staticmethod
     async def _collect(process: asyncio.subprocess.Process, output: _BoundedOutput) -> None:

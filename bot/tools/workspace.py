@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import weakref
 from collections.abc import Iterable
 from pathlib import Path, PurePath
 
@@ -19,13 +21,30 @@ class Workspace:
     protected files (the config file) are readable but never writable.
     """
 
-    def __init__(self, root: Path | str, *, protected_files: Iterable[Path | str] = ()) -> None:
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        protected_files: Iterable[Path | str] = (),
+        private_files: Iterable[Path | str] = (),
+    ) -> None:
         root_path = Path(root).expanduser()
         if not root_path.is_dir():
             raise WorkspaceError(f"the workspace {root_path} is not a directory")
         self.root = root_path.resolve()
         self.protected_dir = self.root / PROTECTED_DIR
         self.protected_files = frozenset(Path(p).expanduser().resolve() for p in protected_files)
+        # Private files (Baton's own database) are neither read nor written by any tool.
+        self.private_files = frozenset(Path(p).expanduser().resolve() for p in private_files)
+        self._locks: weakref.WeakValueDictionary[Path, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def lock_for(self, resolved: Path) -> asyncio.Lock:
+        """One lock per file, so parallel edits of a file never lose each other's work."""
+        lock = self._locks.get(resolved)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[resolved] = lock
+        return lock
 
     def resolve(self, path: str) -> Path:
         """The absolute, symlink-free location of `path`, which must lie in the workspace."""
@@ -36,6 +55,8 @@ class Workspace:
         raw = PurePath(path)
         candidate = raw if raw.is_absolute() else self.root / raw
         resolved = Path(os.path.realpath(candidate))
+        if resolved in self.private_files:
+            raise WorkspaceError(f"{path!r} is Baton's own database; no tool may use it")
         if resolved == self.root or resolved.is_relative_to(self.root):
             return resolved
         if raw.is_absolute():

@@ -159,3 +159,73 @@ def test_reading_protected_paths_with_bash_is_fine(workspace: Workspace) -> None
     hook = PermissionHook(PermissionRules.parse(allow=["bash"]), workspace)
     assert check(hook, workspace, "bash", '{"command": "ls .baton/agents"}').action == "allow"
     assert check(hook, workspace, "bash", '{"command": "cat .baton/agents/x.md"}').action == "allow"
+
+
+def test_allow_rules_see_the_real_path_not_its_spelling(workspace: Workspace) -> None:
+    (workspace.root / "src").mkdir()
+    hook = PermissionHook(PermissionRules.parse(allow=["write_file(src/**)"]), workspace)
+    args = '{{"path": "{}", "content": ""}}'
+    assert check(hook, workspace, "write_file", args.format("src/a.py")).action == "allow"
+    assert check(hook, workspace, "write_file", args.format("src/../Makefile")).action == "ask"
+    assert check(hook, workspace, "write_file", args.format("./src/b.py")).action == "allow"
+
+
+def test_deny_rules_see_every_spelling(workspace: Workspace) -> None:
+    hook = PermissionHook(PermissionRules.parse(deny=["read_file(secret/**)"]), workspace)
+    for path in ("secret/a", "./secret/a", "x/../secret/a", str(workspace.root / "secret/a")):
+        decision = check(hook, workspace, "read_file", f'{{"path": "{path}"}}')
+        assert decision.action == "deny", path
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["git status > /tmp/x", "git status > baton.db", "git status >> notes.txt",
+     "git status 1> out", "git status &> out"],
+)  # fmt: skip
+def test_an_allow_rule_does_not_cover_redirections_that_write(
+    workspace: Workspace, command: str
+) -> None:
+    hook = PermissionHook(PermissionRules.parse(allow=["bash(git status*)"]), workspace)
+    assert check(hook, workspace, "bash", f'{{"command": "{command}"}}').action == "ask"
+
+
+def test_harmless_redirections_stay_allowed(workspace: Workspace) -> None:
+    hook = PermissionHook(PermissionRules.parse(allow=["bash(git status*)"]), workspace)
+    for command in ("git status 2>/dev/null", "git status 2>&1", "git status > /dev/null"):
+        assert check(hook, workspace, "bash", f'{{"command": "{command}"}}').action == "allow"
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["rm x", "/bin/rm x", "command rm x", "env rm x", "x=1 rm x", "if true; then rm x; fi",
+     "echo $(rm x)", "nice -n 5 rm x", "true && \\\\rm x"],
+)  # fmt: skip
+def test_deny_rules_cannot_be_stepped_around(workspace: Workspace, command: str) -> None:
+    hook = PermissionHook(PermissionRules.parse(allow=["bash"], deny=["bash(rm*)"]), workspace)
+    decision = check(hook, workspace, "bash", f'{{"command": "{command}"}}')
+    assert decision.action == "deny", command
+
+
+def test_writing_protected_paths_is_denied_not_asked(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    workspace = Workspace(root, protected_files=[root / "baton.yaml"])
+    hook = PermissionHook(PermissionRules.parse(allow=["write_file"]), workspace)
+    for path in (".baton/agents/x.md", "baton.yaml"):
+        decision = check(hook, workspace, "write_file", f'{{"path": "{path}", "content": ""}}')
+        assert decision.action == "deny" and "protected" in decision.reason
+    assert check(hook, workspace, "read_file", '{"path": "baton.yaml"}').action == "allow"
+
+
+def test_the_database_is_off_limits_to_every_tool(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    workspace = Workspace(root, private_files=[root / "baton.db"])
+    hook = PermissionHook(PermissionRules.parse(allow=["bash"]), workspace)
+    for command in ("sqlite3 baton.db .dump", "cat baton.db", "cp ./baton.db /tmp/x"):
+        decision = check(hook, workspace, "bash", f'{{"command": "{command}"}}')
+        assert decision.action == "deny" and "database" in decision.reason, command
+    from bot.errors import WorkspaceError
+
+    with pytest.raises(WorkspaceError, match="database"):
+        workspace.resolve("baton.db")

@@ -153,16 +153,16 @@ async def test_cancel_kills_the_childs_commands(tmp_path: Path, fake_llm: FakeOp
     router = Router(fake_llm)
     router.main += [Reply(tool_calls=[background("explore", "sleep")]), Reply(text="ok")]
     router.children[EXPLORE] = [
-        Reply(tool_calls=[ToolCallSpec("bash", {"command": "echo $$ > pid; sleep 300"})])
+        # No redirection: an allow rule never covers a command that writes through one.
+        Reply(tool_calls=[ToolCallSpec("bash", {"command": 'touch "pid-$$"; sleep 300'})])
     ]
-    pid_file = baton.workspace.root / "pid"
     try:
         await run_turn(baton, "start")
         for _ in range(500):
-            if pid_file.exists() and pid_file.read_text().strip():
+            if found := list(baton.workspace.root.glob("pid-*")):
                 break
             await asyncio.sleep(0.02)
-        pid = int(pid_file.read_text())
+        pid = int(found[0].name.removeprefix("pid-"))
         await baton.tracker.cancel("task-explore-1")
     finally:
         await baton.close()

@@ -346,3 +346,46 @@ async def test_child_events_reach_the_progress_sink_tagged(
     }
     kinds = [type(e.event).__name__ for e in seen]
     assert kinds[0] == "ToolStart" and "ToolResult" in kinds and kinds[-1] == "Done"
+
+
+async def test_cancelling_a_foreground_task_ends_it_but_not_its_parent(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    baton = await make_baton(tmp_path, fake_llm)
+    child_started = asyncio.Event()
+
+    async def stuck(request: RecordedRequest) -> Reply:
+        child_started.set()
+        await asyncio.Event().wait()
+        return Reply(text="CHILD-RESULT")
+
+    router = Router(fake_llm)
+    router.main += [task_call("explore", "dig forever", id="FG"), Reply(text="Moving on.")]
+    router.children[EXPLORE] = [stuck]
+    try:
+        turn = asyncio.create_task(run_turn(baton, "go"))
+        await asyncio.wait_for(child_started.wait(), 10)
+        record = await baton.tracker.cancel("task-explore-1", by="<@UALICE>")
+        assert record is not None and record.state == "cancelled"
+        events = await asyncio.wait_for(turn, 10)
+    finally:
+        await baton.close()
+    result = tool_result_of(router.main_requests()[-1], "FG")
+    assert result.startswith('<task state="error">') and "cancelled by &lt;@UALICE&gt;" in result
+    assert "CHILD-RESULT" not in result
+    assert isinstance(events[-1], Done) and events[-1].final_text == "Moving on."
+
+
+async def test_child_engines_carry_the_deny_task_hook(tmp_path: Path, fake_llm: FakeOpenAI) -> None:
+    from bot.subagents import ParentContext
+
+    baton = await make_baton(tmp_path, fake_llm)
+    try:
+        definition = baton.agents.get("general-purpose")
+        assert definition is not None
+        parent = ParentContext(tools=baton.tools, model="m", approval=None, session_id=1)
+        engine = baton.runner.build_engine(definition, parent, None, "prompt")
+        assert deny_task_hook in engine.hooks
+        assert "task" not in engine.tools
+    finally:
+        await baton.close()

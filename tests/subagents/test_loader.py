@@ -169,12 +169,14 @@ def test_render_agents_lists_agents_invalid_files_and_shadowing(tmp_path: Path) 
     agent_file(tmp_path / "agents", "broken.md", "name: broken")
     agent_file(
         tmp_path / "agents", "tester.md",
-        "description: Runs tests.\ntools: bash, read_file\nmodel: small-model\nmax_turns: 7",
+        "description: Runs tests.\ntools: bash, read_file, web_fetch\nmodel: small-model\n"
+        "max_turns: 7",
     )  # fmt: skip
     report = render_agents(settings)
     lines = report.splitlines()
     tester = next(line for line in lines if line.startswith("tester"))
     assert "read_file, bash" in tester and "small-model" in tester and tester.endswith("7")
+    assert "(unknown, ignored: web_fetch)" in tester
     explore = next(line for line in lines if line.startswith("explore"))
     assert ".baton/agents/explore.md" in explore
     assert "Invalid agent files (skipped):" in report

@@ -93,3 +93,16 @@ def test_timeout_bounds_are_validated() -> None:
     with pytest.raises(ValidationError):
         BashArgs(command="ls", timeout_s=601)
     assert BashArgs(command="ls").timeout_s == 120
+
+
+async def test_timeout_holds_after_the_command_closes_its_output(workspace: Workspace) -> None:
+    bash = Bash(workspace)
+    command = "echo $$ > main.pid; exec >/dev/null 2>&1; sleep 300"
+    out = await asyncio.wait_for(bash.run(BashArgs(command=command, timeout_s=1)), 20)
+    assert "timed out after 1 s" in out
+    pid = int((workspace.root / "main.pid").read_text())
+    for _ in range(50):
+        if not alive(pid):
+            break
+        await asyncio.sleep(0.05)
+    assert not alive(pid)

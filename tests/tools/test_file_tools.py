@@ -154,3 +154,32 @@ async def test_grep_never_reads_through_links_that_leave(
 async def test_unknown_argument_fields_are_rejected(workspace: Workspace) -> None:
     with pytest.raises(ToolArgumentsError, match="Extra inputs"):
         await call(workspace, "read_file", '{"path": "a", "mode": "rb"}')
+
+
+async def test_grep_skips_secret_files_as_the_app_builds_it(baton: object) -> None:
+    from bot.app import Baton
+
+    assert isinstance(baton, Baton)
+    root = baton.workspace.root
+    (root / ".env").write_text("OPENAI_API_KEY=sk-live-123\n")
+    (root / "app.py").write_text("KEY = load('OPENAI_API_KEY')\n")
+    grep = baton.tools.get("grep")
+    assert grep is not None
+    out = await grep.run(grep.parse_arguments('{"pattern": "KEY"}'))
+    assert "sk-live-123" not in out
+    assert "app.py:1:" in out
+    assert "skipped 1 file(s) that may hold secrets (.env)" in out
+
+
+async def test_parallel_edits_of_one_file_keep_both_changes(workspace: Workspace) -> None:
+    import asyncio
+
+    target = workspace.root / "m.txt"
+    target.write_text("alpha\nbeta\n")
+    edit = build_workspace_tools(workspace).get("edit_file")
+    assert edit is not None
+    await asyncio.gather(
+        edit.run(edit.parse_arguments('{"path": "m.txt", "old_text": "alpha", "new_text": "A"}')),
+        edit.run(edit.parse_arguments('{"path": "m.txt", "old_text": "beta", "new_text": "B"}')),
+    )
+    assert target.read_text() == "A\nB\n"
