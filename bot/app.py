@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +20,13 @@ from bot.permissions.hook import PermissionHook
 from bot.permissions.rules import PermissionRules
 from bot.sessions import Conversations, MainAgent, main_system_prompt
 from bot.store import Database, EventLedger, SessionStore
+from bot.store.instances import HEARTBEAT_EVERY_S, Instances
 from bot.store.tasks import TaskStore
 from bot.subagents import BUILTIN_AGENTS, AgentRegistry, SubAgentRunner, TaskTracker
 from bot.tools import ToolRegistry, Workspace, build_workspace_tools
 from bot.tools.workspace import PROTECTED_DIR
+
+logger = logging.getLogger(__name__)
 
 LLM_TIMEOUT_S = 300.0
 
@@ -43,8 +48,26 @@ class Baton:
     runner: SubAgentRunner
     conversations: Conversations
     events: EventLedger
+    instances: Instances
+    heartbeat: asyncio.Task[None] | None = None
+
+    def start_heartbeat(self) -> None:
+        """Keep telling other processes sharing the database that this one is alive."""
+        if self.heartbeat is None:
+            self.heartbeat = asyncio.create_task(self._beat(), name="heartbeat")
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
+            try:
+                await self.instances.beat()
+            except Exception:
+                logger.exception("heartbeat failed")
 
     async def close(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.cancel()
+            await asyncio.gather(self.heartbeat, return_exceptions=True)
         await self.tracker.shutdown()
         await self.openai_client.close()
         await self.database.close()
@@ -89,6 +112,8 @@ async def build_baton(settings: Settings) -> Baton:
     )
     database = Database(settings.database_url)
     await database.create_schema()
+    instances = Instances(database)
+    await instances.register()
     tools = build_workspace_tools(
         workspace,
         environment=os.environ,
@@ -104,7 +129,7 @@ async def build_baton(settings: Settings) -> Baton:
     )
     llm = LLMClient(openai_client)
     agents = build_agent_registry(settings)
-    tracker = TaskTracker(TaskStore(database))
+    tracker = TaskTracker(TaskStore(database), instances)
     runner = SubAgentRunner(
         llm=llm,
         tracker=tracker,
@@ -140,4 +165,5 @@ async def build_baton(settings: Settings) -> Baton:
             store=SessionStore(database), main_agent=main_agent, tracker=tracker
         ),
         events=EventLedger(database),
+        instances=instances,
     )

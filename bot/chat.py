@@ -90,6 +90,7 @@ class TerminalChat:
         self.reader = _LineReader(self.stdin, asyncio.get_running_loop())
         self.session_id = (await self.baton.conversations.store.get_or_create(self.key)).id
         self.baton.tracker.on_finish(self.notify_finished)
+        self.baton.start_heartbeat()
         await self.baton.tracker.recover()
         history = await self.baton.conversations.history(self.key)
         resumed = f", {len(history)} earlier messages" if history else ""

@@ -19,6 +19,7 @@ from bot.engine import ApprovalDecision, ApprovalFunc, ApprovalRequest
 from bot.slack.approval_views import arguments_modal, outcome_message, request_message
 from bot.slack.approvers import Approvers
 from bot.store.approvals import ApprovalRecord, ApprovalStore
+from bot.store.instances import Instances
 
 logger = logging.getLogger(__name__)
 
@@ -42,10 +43,12 @@ class SlackApprovals:
         store: ApprovalStore,
         client: AsyncWebClient,
         approvers: Approvers,
+        instances: Instances,
         timeout_s: float,
         poll_s: float = POLL_S,
     ) -> None:
         self.store = store
+        self.instances = instances
         self.client = client
         self.approvers = approvers
         self.timeout_s = timeout_s
@@ -86,6 +89,7 @@ class SlackApprovals:
             reason=request.reason,
             requested_by=requested_by,
             channel_id=channel,
+            owner=self.instances.id,
         )
         woken = self._waiting[record.id] = asyncio.Event()
         try:
@@ -194,9 +198,9 @@ class SlackApprovals:
             await self.client.views_open(trigger_id=trigger_id, view=arguments_modal(record))
 
     async def expire_abandoned(self) -> list[ApprovalRecord]:
-        """After a restart: requests nobody can be waiting for any more are expired."""
+        """Requests whose waiting process is gone (a restart) are expired."""
         expired = []
-        for record in await self.store.pending():
+        for record in await self.store.orphans(alive=await self.instances.alive()):
             if record.id in self._waiting:
                 continue
             final = await self.store.decide(record.id, "expired", by=None)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
@@ -17,6 +20,10 @@ from bot.slack.approvers import Approvers
 from bot.slack.listeners import Listeners
 from bot.slack.threads import SlackThreads
 from bot.store.approvals import ApprovalStore
+
+logger = logging.getLogger(__name__)
+
+MAINTENANCE_EVERY_S = 60.0
 
 
 def build_web_client(settings: Settings) -> AsyncWebClient:
@@ -50,19 +57,40 @@ class SlackSurface:
             store=ApprovalStore(baton.database),
             client=self.client,
             approvers=self.approvers,
+            instances=baton.instances,
             timeout_s=settings.approval_timeout_s,
             poll_s=approval_poll_s,
         )
         self.threads = SlackThreads(baton, self.client, self.approvals)
         Listeners(baton, self.threads, self.approvers, self.approvals).register(self.app)
+        self._maintenance: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Post background results to their threads; close what a restart interrupted."""
         self.baton.tracker.on_finish(self.threads.post_task_finished)
+        self.baton.start_heartbeat()
+        await self.tidy()
+        self._maintenance = asyncio.create_task(self._maintain(), name="maintenance")
+
+    async def tidy(self) -> None:
+        """Fail and expire the work of processes that are gone; forget old event claims."""
         await self.baton.tracker.recover()
         await self.approvals.expire_abandoned()
+        await self.baton.instances.forget_dead()
         await self.baton.events.prune()
 
+    async def _maintain(self) -> None:
+        # A replica that died while this one runs leaves work behind: take care of it.
+        while True:
+            await asyncio.sleep(MAINTENANCE_EVERY_S)
+            try:
+                await self.tidy()
+            except Exception:
+                logger.exception("maintenance failed")
+
     async def stop(self, grace_s: float) -> None:
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            await asyncio.gather(self._maintenance, return_exceptions=True)
         await self.threads.drain(grace_s)
         await self.baton.tracker.shutdown()

@@ -72,8 +72,10 @@ class ApprovalStore:
         reason: str,
         requested_by: str | None,
         channel_id: str | None,
+        owner: str | None = None,
     ) -> ApprovalRecord:
         row = ApprovalRow(
+            owner=owner,
             id=f"ap-{uuid.uuid4().hex[:16]}",
             session_id=session_id,
             agent=agent,
@@ -118,7 +120,13 @@ class ApprovalStore:
                 return None
         return await self.get(approval_id)
 
-    async def pending(self) -> list[ApprovalRecord]:
+    async def orphans(self, *, alive: set[str]) -> list[ApprovalRecord]:
+        """Pending requests whose waiting process is gone."""
         async with self.database.sessions() as session:
-            result = await session.exec(select(ApprovalRow).where(ApprovalRow.state == "pending"))
+            result = await session.exec(
+                select(ApprovalRow).where(
+                    ApprovalRow.state == "pending",
+                    col(ApprovalRow.owner).is_(None) | col(ApprovalRow.owner).not_in(alive),
+                )
+            )
             return [_record(row) for row in result.all()]

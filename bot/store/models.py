@@ -68,6 +68,7 @@ class TaskRow(SQLModel, table=True):
     background: bool = False
     state: str = Field(default="running", max_length=16, index=True)
     started_by: str | None = Field(default=None, max_length=32)
+    owner: str | None = Field(default=None, max_length=64, index=True)
     result: str | None = Field(default=None, sa_column=Column(Text))
     error: str | None = Field(default=None, sa_column=Column(Text))
     prompt_tokens: int = 0
@@ -113,6 +114,7 @@ class ApprovalRow(SQLModel, table=True):
     reason: str = Field(sa_column=Column(Text, nullable=False))
     state: str = Field(default="pending", max_length=16, index=True)
     requested_by: str | None = Field(default=None, max_length=32)
+    owner: str | None = Field(default=None, max_length=64, index=True)
     decided_by: str | None = Field(default=None, max_length=32)
     decided_at: datetime | None = Field(
         default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
@@ -120,6 +122,18 @@ class ApprovalRow(SQLModel, table=True):
     channel_id: str | None = Field(default=None, max_length=32)
     message_ts: str | None = Field(default=None, max_length=32)
     created_at: datetime = _timestamp(nullable=False)
+
+
+class InstanceRow(SQLModel, table=True):
+    """A running Baton process; its heartbeat says it still owns its tasks and approvals."""
+
+    __tablename__ = "instances"
+
+    id: str = Field(primary_key=True, max_length=64)
+    host: str = Field(max_length=255)
+    pid: int
+    started_at: datetime = _timestamp(nullable=False)
+    heartbeat_at: datetime = _timestamp(nullable=False)
 
 
 class ProcessedEventRow(SQLModel, table=True):

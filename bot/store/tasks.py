@@ -116,8 +116,10 @@ class TaskStore:
         prompt: str,
         background: bool,
         started_by: str | None,
+        owner: str | None = None,
     ) -> TaskRecord:
         row = TaskRow(
+            owner=owner,
             id=task_id,
             session_id=session_id,
             channel_id=channel_id,
@@ -168,6 +170,15 @@ class TaskStore:
             if outcome.rowcount == 0:
                 return None
         return await self.get(task_id)
+
+    async def states(self, task_ids: Sequence[str]) -> dict[str, str]:
+        if not task_ids:
+            return {}
+        async with self.database.sessions() as session:
+            rows = await session.exec(
+                select(TaskRow.id, TaskRow.state).where(col(TaskRow.id).in_(task_ids))
+            )
+            return dict(rows.all())
 
     async def get(self, task_id: str) -> TaskRecord | None:
         async with self.database.sessions() as session:
@@ -269,10 +280,14 @@ class TaskStore:
                 claimed.append(record)
         return claimed
 
-    async def fail_running(self, reason: str) -> list[TaskRecord]:
-        """Mark every task still running as failed (after a restart); return them."""
+    async def fail_orphans(self, reason: str, *, alive: set[str]) -> list[TaskRecord]:
+        """Fail running tasks whose owning process is gone; return them."""
         async with self.database.sessions() as session:
-            ids = (await session.exec(select(TaskRow.id).where(TaskRow.state == "running"))).all()
+            query = select(TaskRow.id).where(
+                TaskRow.state == "running",
+                col(TaskRow.owner).is_(None) | col(TaskRow.owner).not_in(alive),
+            )
+            ids = (await session.exec(query)).all()
         failed = []
         for task_id in ids:
             if record := await self.finish(task_id, state="failed", result=None, error=reason):

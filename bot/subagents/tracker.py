@@ -11,11 +11,14 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from bot.store.instances import Instances
 from bot.store.tasks import TaskDetail, TaskRecord, TaskState, TaskStore
 
 logger = logging.getLogger(__name__)
 
 RESTART_REASON = "interrupted by a restart; start it again"
+# How often running children check that nobody cancelled them from another process.
+CANCEL_SWEEP_S = 2.0
 
 FinishCallback = Callable[[TaskRecord], Awaitable[None]]
 
@@ -23,8 +26,13 @@ FinishCallback = Callable[[TaskRecord], Awaitable[None]]
 class TaskTracker:
     """Starts, logs, finishes, lists and cancels tasks; hands results over once."""
 
-    def __init__(self, store: TaskStore) -> None:
+    def __init__(
+        self, store: TaskStore, instances: Instances, *, sweep_s: float = CANCEL_SWEEP_S
+    ) -> None:
         self.store = store
+        self.instances = instances
+        self.sweep_s = sweep_s
+        self._sweeper: asyncio.Task[None] | None = None
         self._callbacks: list[FinishCallback] = []
         self._children: dict[str, asyncio.Task[Any]] = {}
         self._notifications: set[asyncio.Task[None]] = set()
@@ -57,6 +65,7 @@ class TaskTracker:
             prompt=prompt,
             background=background,
             started_by=started_by,
+            owner=self.instances.id,
         )
 
     async def append_log(self, task_id: str, *lines: str) -> None:
@@ -105,6 +114,23 @@ class TaskTracker:
         """Know a running child's asyncio task, so `cancel` can stop it."""
         self._children[task_id] = child
         child.add_done_callback(lambda _: self._children.pop(task_id, None))
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._sweep(), name="task-cancel-sweep")
+
+    async def _sweep(self) -> None:
+        """Stop children whose task was ended elsewhere (a cancel that reached another replica)."""
+        while self._children:
+            await asyncio.sleep(self.sweep_s)
+            try:
+                states = await self.store.states(list(self._children))
+            except Exception:
+                logger.exception("could not check the state of running tasks")
+                continue
+            for task_id, state in states.items():
+                child = self._children.get(task_id)
+                if state != "running" and child is not None:
+                    logger.info("task %s ended elsewhere (%s); stopping it here", task_id, state)
+                    child.cancel()
 
     def is_running_here(self, task_id: str) -> bool:
         return task_id in self._children
@@ -169,8 +195,8 @@ class TaskTracker:
         return await self.store.count_running(session_id=session_id, background=True)
 
     async def recover(self) -> list[TaskRecord]:
-        """After a restart: tasks left running are failed, and the callbacks hear of it."""
-        failed = await self.store.fail_running(RESTART_REASON)
+        """Tasks left running by a process that is gone are failed; callbacks hear of it."""
+        failed = await self.store.fail_orphans(RESTART_REASON, alive=await self.instances.alive())
         for record in failed:
             logger.warning("task %s was running when Baton stopped; marked failed", record.id)
             self._notify(record)
@@ -182,4 +208,7 @@ class TaskTracker:
         for child in children:
             child.cancel()
         await asyncio.gather(*children, return_exceptions=True)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
         await asyncio.gather(*self._notifications, return_exceptions=True)
