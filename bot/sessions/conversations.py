@@ -6,12 +6,15 @@ import asyncio
 import weakref
 from collections.abc import AsyncIterator
 
-from bot.engine import ApprovalFunc, ChatMessage, RunEvent
+from bot.engine import ApprovalFunc, ChatMessage, Done, RunEvent
 from bot.engine.loop import Inbox
-from bot.engine.messages import repair_history
+from bot.engine.messages import fit_history, repair_history
 from bot.sessions.main_agent import MainAgent, Turn
 from bot.store import SessionKey, SessionStore
 from bot.subagents import ProgressSink, TaskOutcome, TaskTracker, render_finished_tasks
+
+# About 100k tokens of history; older messages are left out (with a note) beyond it.
+HISTORY_BUDGET_CHARS = 400_000
 
 
 class UnknownAgentError(LookupError):
@@ -67,7 +70,9 @@ class Conversations:
         """
         session = await self.store.get_or_create(key)
         async with self.lock_for(key):
-            history = repair_history(await self.store.history(session.id))
+            history = fit_history(
+                repair_history(await self.store.history(session.id)), HISTORY_BUDGET_CHARS
+            )
             finished = await self.tracker.drain_completed(session.id)
             parts = [render_finished_tasks(finished)] if finished else []
             prompt = "\n\n".join([*parts, *([context] if context else []), text])
@@ -78,6 +83,12 @@ class Conversations:
                 async for event in engine.run_stream(
                     prompt, history=history, transcript=transcript, inbox=inbox
                 ):
+                    if isinstance(event, Done):
+                        await self.store.add_usage(
+                            session.id,
+                            prompt_tokens=event.usage.prompt_tokens,
+                            completion_tokens=event.usage.completion_tokens,
+                        )
                     yield event
             finally:
                 # Shielded: a cancelled turn still records what it did.

@@ -33,6 +33,8 @@ class SessionRow(SQLModel, table=True):
     team_id: str | None = Field(default=None, max_length=32)
     channel_id: str | None = Field(default=None, max_length=32, index=True)
     thread_ts: str | None = Field(default=None, max_length=32)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
     created_at: datetime = _timestamp(nullable=False)
     updated_at: datetime = _timestamp(nullable=False)
 

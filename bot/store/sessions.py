@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func
+from sqlalchemy import func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
@@ -112,6 +112,27 @@ class SessionStore:
                 .order_by(col(MessageRow.seq))
             )
             return [_message(row) for row in result.all()]
+
+    async def add_usage(
+        self, session_id: int, *, prompt_tokens: int, completion_tokens: int
+    ) -> None:
+        """Count a run's tokens against its session."""
+        async with self.database.sessions() as session:
+            await session.exec(
+                update(SessionRow)
+                .where(col(SessionRow.id) == session_id)
+                .values(
+                    prompt_tokens=SessionRow.prompt_tokens + prompt_tokens,
+                    completion_tokens=SessionRow.completion_tokens + completion_tokens,
+                )
+            )
+            await session.commit()
+
+    async def usage(self, session_id: int) -> tuple[int, int]:
+        """(prompt, completion) tokens of every run of a session so far."""
+        async with self.database.sessions() as session:
+            row = await session.get(SessionRow, session_id)
+            return (row.prompt_tokens, row.completion_tokens) if row else (0, 0)
 
     async def append(self, session_id: int, messages: Sequence[ChatMessage]) -> None:
         """Add messages after the session's last one, in one transaction."""

@@ -125,3 +125,16 @@ async def test_turns_of_one_session_never_interleave(baton: Baton, fake_llm: Fak
     # The second turn started only after the first was saved, so it saw all of it.
     last = [(m["role"], m["content"]) for m in fake_llm.requests[1].messages]
     assert last[1:] == [("user", "one"), ("assistant", "first answer"), ("user", "two")]
+
+
+async def test_run_usage_is_recorded_per_session(baton: Baton, fake_llm: FakeOpenAI) -> None:
+    from tests.fakes.openai_api import Usage
+
+    fake_llm.script(
+        Reply(text="one", usage=Usage(prompt_tokens=100, completion_tokens=7)),
+        Reply(text="two", usage=Usage(prompt_tokens=120, completion_tokens=9)),
+    )
+    await turn(baton, THREAD, "first")
+    await turn(baton, THREAD, "second")
+    session = await baton.conversations.store.get_or_create(THREAD)
+    assert await baton.conversations.store.usage(session.id) == (220, 16)
