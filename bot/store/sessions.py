@@ -14,6 +14,8 @@ from bot.engine.messages import ChatMessage, ToolCall
 from bot.store.database import Database
 from bot.store.models import MessageRow, SessionRow, utcnow
 
+APPEND_ATTEMPTS = 5
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionKey:
@@ -135,9 +137,22 @@ class SessionStore:
             return (row.prompt_tokens, row.completion_tokens) if row else (0, 0)
 
     async def append(self, session_id: int, messages: Sequence[ChatMessage]) -> None:
-        """Add messages after the session's last one, in one transaction."""
+        """Add messages after the session's last one, in one transaction.
+
+        Two processes appending to one session at once collide on (session, seq);
+        the loser reads the new end and tries again, so no turn is lost.
+        """
         if not messages:
             return
+        for attempt in range(APPEND_ATTEMPTS):
+            try:
+                await self._append_once(session_id, messages)
+                return
+            except IntegrityError:
+                if attempt == APPEND_ATTEMPTS - 1:
+                    raise
+
+    async def _append_once(self, session_id: int, messages: Sequence[ChatMessage]) -> None:
         async with self.database.sessions() as session:
             result = await session.exec(
                 select(func.max(MessageRow.seq)).where(MessageRow.session_id == session_id)

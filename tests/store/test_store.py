@@ -127,3 +127,29 @@ def test_plain_urls_get_an_async_driver(url: str, expected: str) -> None:
 def test_unsupported_urls_are_config_errors(url: str) -> None:
     with pytest.raises(ConfigError, match="DATABASE_URL"):
         async_url(url)
+
+
+async def test_concurrent_appends_to_one_session_lose_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    first, second = Database(url), Database(url)  # two processes, as far as the rows know
+    await first.create_schema()
+    try:
+        a, b = SessionStore(first), SessionStore(second)
+        session = await a.get_or_create(THREAD)
+        batches = [[ChatMessage(role="user", content=f"m{n}-{i}") for i in range(3)]
+                   for n in range(6)]  # fmt: skip
+        await asyncio.gather(
+            *((a if n % 2 else b).append(session.id, batch) for n, batch in enumerate(batches))
+        )
+        history = await a.history(session.id)
+    finally:
+        await first.close()
+        await second.close()
+    assert sorted(m.content or "" for m in history) == sorted(
+        m.content or "" for batch in batches for m in batch
+    )
+    # Each batch stays together and in order.
+    contents = [m.content or "" for m in history]
+    for batch in batches:
+        start = contents.index(batch[0].content or "")
+        assert contents[start : start + 3] == [m.content for m in batch]
