@@ -1,27 +1,36 @@
-"""Block Kit for approval requests: the question with buttons, then the outcome."""
+"""Block Kit for approval requests: the question with buttons, then the outcome.
+
+Everything a model wrote is escaped before Slack sees it: an argument holding
+`<!channel>` or a disguised link must show as typed, never ping or mislead.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from bot.slack.blocks import code_sections
+from bot.slack.text import escape_mrkdwn
 from bot.store.approvals import ApprovalRecord
 
 APPROVE = "baton_approve"
 DENY = "baton_deny"
 SHOW_ARGUMENTS = "baton_approval_args"
 
-ARGUMENT_PREVIEW_CHARS = 2_400
 VALUE_PREVIEW_CHARS = 400
-MODAL_SECTION_CHARS = 2_900
-MODAL_MAX_SECTIONS = 95
+KEY_CHARS = 100
+SUMMARY_CHARS = 2_900
+MODAL_BLOCKS_PER_PAGE = 90
 
 Block = dict[str, Any]
 
 
-def _code(text: str) -> str:
-    # A run of three backticks inside would end the code block early.
-    return "```\n" + text.replace("```", "`\u200b``") + "\n```"
+def _section(text: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+
+
+def _context(text: str) -> Block:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}
 
 
 def pretty_arguments(arguments: str) -> str:
@@ -47,36 +56,43 @@ def preview_arguments(arguments: str) -> tuple[str, bool]:
                 shortened = True
             else:
                 shown[key] = value
-        text = json.dumps(shown, indent=2, ensure_ascii=False)
-    else:
-        text = arguments
-    if len(text) > ARGUMENT_PREVIEW_CHARS:
-        text = f"{text[:ARGUMENT_PREVIEW_CHARS]}\n… [{len(text):,} characters in all]"
-        shortened = True
-    return text, shortened
+        return json.dumps(shown, indent=2, ensure_ascii=False), shortened
+    return arguments, shortened
 
 
 def _who(record: ApprovalRecord) -> str:
     if record.agent == "main":
-        return "the main agent"
-    return f"sub-agent *{record.agent}* (`{record.task_id}`)"
+        return "The main agent"
+    return f"Sub-agent *{escape_mrkdwn(record.agent)}* (`{escape_mrkdwn(record.task_id or '')}`)"
 
 
 def _summary(record: ApprovalRecord) -> str:
     asked = f" · asked by <@{record.requested_by}>" if record.requested_by else ""
-    return (
-        f"*{_who(record).capitalize()}* wants to run `{record.tool}`{asked}\n"
-        f"*Why it needs approval:* {record.reason}"
+    text = (
+        f"{_who(record)} wants to run `{escape_mrkdwn(record.tool)}`{asked}\n"
+        f"*Why it needs approval:* {escape_mrkdwn(record.reason)}"
     )
+    return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
 
 
 def _body(record: ApprovalRecord) -> tuple[list[Block], bool]:
     preview, shortened = preview_arguments(record.arguments)
-    blocks: list[Block] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": _summary(record)[:2_900]}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": _code(preview)}},
-    ]
+    sections = code_sections(preview.splitlines() or [""])
+    if len(sections) > 1:
+        shortened = True
+    blocks = [_section(_summary(record)), _section(sections[0])]
+    if len(sections) > 1:
+        blocks.append(_context("… the arguments go on; *Show full arguments* has all of them."))
     return blocks, shortened
+
+
+def _show_button(value: str, text: str = "Show full arguments") -> Block:
+    return {
+        "type": "button",
+        "text": {"type": "plain_text", "text": text},
+        "action_id": SHOW_ARGUMENTS,
+        "value": value,
+    }
 
 
 def request_message(record: ApprovalRecord, *, timeout_s: float) -> tuple[str, list[Block]]:
@@ -89,26 +105,11 @@ def request_message(record: ApprovalRecord, *, timeout_s: float) -> tuple[str, l
          "action_id": DENY, "value": record.id},
     ]  # fmt: skip
     if shortened:
-        buttons.append(
-            {"type": "button", "text": {"type": "plain_text", "text": "Show full arguments"},
-             "action_id": SHOW_ARGUMENTS, "value": record.id}
-        )  # fmt: skip
+        buttons.append(_show_button(f"{record.id}:0"))
     blocks.append({"type": "actions", "block_id": f"approval-{record.id}", "elements": buttons})
-    minutes = timeout_s / 60
-    limit = f"{minutes:g} min" if timeout_s >= 60 else f"{timeout_s:g} s"
-    blocks.append(
-        {
-            "type": "context",
-            "elements": [
-                {
-                    "type": "mrkdwn",
-                    "text": f"Approving runs this one call only. Expires in {limit}.",
-                }
-            ],
-        }
-    )
-    text = f"Approval needed: {record.tool} ({record.reason})"
-    return text, blocks
+    limit = f"{timeout_s / 60:g} min" if timeout_s >= 60 else f"{timeout_s:g} s"
+    blocks.append(_context(f"Approving runs this one call only. Expires in {limit}."))
+    return f"Approval needed: {escape_mrkdwn(record.tool)}", blocks
 
 
 def outcome_line(record: ApprovalRecord, *, timeout_s: float) -> str:
@@ -137,56 +138,55 @@ def outcome_message(
     line = note or outcome_line(record, timeout_s=timeout_s)
     if shortened:
         blocks.append(
-            {"type": "actions", "block_id": f"approval-{record.id}", "elements": [
-                {"type": "button", "text": {"type": "plain_text", "text": "Show full arguments"},
-                 "action_id": SHOW_ARGUMENTS, "value": record.id},
-            ]}
+            {"type": "actions", "block_id": f"approval-{record.id}",
+             "elements": [_show_button(f"{record.id}:0")]}
         )  # fmt: skip
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": line}]})
-    return f"{record.tool}: {line}", blocks
+    blocks.append(_context(line))
+    return f"{escape_mrkdwn(record.tool)}: {line}", blocks
 
 
-def _argument_parts(arguments: str) -> list[tuple[str, str]]:
-    """(name, exact text) per argument; string values raw, others as JSON."""
+def _argument_blocks(record: ApprovalRecord) -> list[Block]:
+    """Every character of every argument, as labelled, escaped code sections."""
     try:
-        data = json.loads(arguments)
+        data = json.loads(record.arguments)
     except json.JSONDecodeError:
-        return [("arguments", arguments)]
-    if not isinstance(data, dict):
-        return [("arguments", pretty_arguments(arguments))]
-    return [
-        (str(key), value if isinstance(value, str) else json.dumps(value, indent=2))
-        for key, value in data.items()
-    ]
-
-
-def arguments_modal(record: ApprovalRecord) -> dict[str, Any]:
-    """Every character of the arguments, each in its own code sections."""
-    blocks: list[Block] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": _summary(record)[:2_900]}}
-    ]
-    dropped = 0
-    for name, value in _argument_parts(record.arguments):
-        pieces = [
-            value[i : i + MODAL_SECTION_CHARS] for i in range(0, len(value), MODAL_SECTION_CHARS)
+        data = None
+    if isinstance(data, dict):
+        parts = [
+            (str(key), value if isinstance(value, str) else json.dumps(value, indent=2))
+            for key, value in data.items()
         ]
-        for index, piece in enumerate(pieces or [""]):
-            if len(blocks) >= MODAL_MAX_SECTIONS:
-                dropped += len(piece)
-                continue
-            label = f"*{name}*\n" if index == 0 else ""
-            blocks.append(
-                {"type": "section", "text": {"type": "mrkdwn", "text": label + _code(piece)}}
-            )
-    if dropped:
-        blocks.append(
-            {"type": "context", "elements": [{"type": "mrkdwn",
-             "text": f"… {dropped:,} more characters do not fit in a Slack view."}]}
-        )  # fmt: skip
+    else:
+        parts = [("arguments", record.arguments)]
+    blocks: list[Block] = []
+    for name, value in parts:
+        label = name if len(name) <= KEY_CHARS else name[: KEY_CHARS - 1] + "…"
+        blocks.append(_context(f"*{escape_mrkdwn(label)}*"))
+        blocks.extend(_section(text) for text in code_sections(value.split("\n")))
+    return blocks
+
+
+def arguments_modal(record: ApprovalRecord, *, page: int = 0) -> dict[str, Any]:
+    """The full arguments, paged when they exceed one view; nothing is left out."""
+    blocks = _argument_blocks(record)
+    pages = max(1, -(-len(blocks) // MODAL_BLOCKS_PER_PAGE))
+    page = min(max(page, 0), pages - 1)
+    shown: list[Block] = [_section(_summary(record))]
+    if pages > 1:
+        shown.append(_context(f"Page {page + 1} of {pages}"))
+    shown += blocks[page * MODAL_BLOCKS_PER_PAGE : (page + 1) * MODAL_BLOCKS_PER_PAGE]
+    buttons = []
+    if page > 0:
+        buttons.append(_show_button(f"{record.id}:{page - 1}", "Previous page"))
+    if page < pages - 1:
+        buttons.append(_show_button(f"{record.id}:{page + 1}", "Next page"))
+    for index, button in enumerate(buttons):
+        # One button per block: Slack wants action ids unique within a block.
+        shown.append({"type": "actions", "block_id": f"page-{index}", "elements": [button]})
     return {
         "type": "modal",
         "title": {"type": "plain_text", "text": "Tool call arguments"},
         "close": {"type": "plain_text", "text": "Close"},
         "private_metadata": record.id,
-        "blocks": blocks,
+        "blocks": shown,
     }

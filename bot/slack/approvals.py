@@ -192,10 +192,19 @@ class SlackApprovals:
             waiting.set()
         return ClickResult(message=None)
 
-    async def show_arguments(self, approval_id: str, *, trigger_id: str) -> None:
+    async def show_arguments(
+        self, value: str, *, trigger_id: str, view: dict[str, Any] | None
+    ) -> None:
+        """Open the full arguments (from the message), or turn a page (inside the modal)."""
+        approval_id, _, page = value.partition(":")
         record = await self.store.get(approval_id)
-        if record is not None:
-            await self.client.views_open(trigger_id=trigger_id, view=arguments_modal(record))
+        if record is None:
+            return
+        modal = arguments_modal(record, page=int(page) if page.isdigit() else 0)
+        if view is not None and view.get("private_metadata") == approval_id:
+            await self.client.views_update(view_id=view["id"], hash=view.get("hash"), view=modal)
+        else:
+            await self.client.views_open(trigger_id=trigger_id, view=modal)
 
     async def expire_abandoned(self) -> list[ApprovalRecord]:
         """Requests whose waiting process is gone (a restart) are expired."""

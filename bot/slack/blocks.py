@@ -113,7 +113,7 @@ def _code_tail(lines: Sequence[str], count: int) -> str | None:
     return _code(shown) if shown else None
 
 
-def _code_sections(lines: Sequence[str]) -> list[str]:
+def code_sections(lines: Sequence[str]) -> list[str]:
     """All lines, packed into as few code blocks of ≤ 3,000 characters as they fit."""
     room = SECTION_TEXT_LIMIT - _CODE_OVERHEAD
     sections: list[str] = []
@@ -397,7 +397,7 @@ def _log_document(detail: TaskDetail) -> list[Block]:
     blocks.append({"type": "divider"})
     blocks.append(_section(f"*Log* ({len(detail.log):,} lines)"))
     if detail.log:
-        blocks.extend(_section(piece) for piece in _code_sections(detail.log))
+        blocks.extend(_section(piece) for piece in code_sections(detail.log))
     else:
         blocks.append(_context("No log lines."))
     blocks.append({"type": "divider"})

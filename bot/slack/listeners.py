@@ -243,7 +243,9 @@ class Listeners:
     async def handle_show_arguments(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
         self.threads.spawn(
-            self.approvals.show_arguments(approval_value(body), trigger_id=body["trigger_id"]),
+            self.approvals.show_arguments(
+                approval_value(body), trigger_id=body["trigger_id"], view=body.get("view")
+            ),
             "show_arguments",
         )
 
