@@ -146,9 +146,12 @@ class Engine:
                     )
                 )
                 if not response.tool_calls:
-                    # Someone wrote while the model answered: answer them too.
-                    late = list(inbox()) if inbox else []
-                    if not late or turns >= self.max_turns:
+                    # Someone wrote while the model answered: answer them too. At the turn
+                    # limit the inbox is left alone, so its messages are not taken unread.
+                    if inbox is None or turns >= self.max_turns:
+                        break
+                    late = list(inbox())
+                    if not late:
                         break
                     for message in late:
                         add(message)
@@ -166,8 +169,9 @@ class Engine:
                             name=call.name,
                         )
                     )
-                for message in inbox() if inbox else ():
-                    add(message)
+                if turns < self.max_turns:
+                    for message in inbox() if inbox else ():
+                        add(message)
                 if turns >= self.max_turns:
                     stop = "max_turns"
                     note = (

@@ -108,10 +108,18 @@ class SlackApprovals:
                 )
             await self.store.set_message(record.id, channel_id=channel, message_ts=posted["ts"])
             record = await self._wait(record.id, woken)
-        except asyncio.CancelledError:
+        except BaseException:
+            # Cancelled, or something broke (network, database): nobody may approve a
+            # request that no run waits for any more, so close it and say so.
             final = await asyncio.shield(self._cancel(record.id))
             if final is not None:
-                await asyncio.shield(self._show_outcome(final))
+                note = None
+                if final.state == "approved":
+                    note = (
+                        f"✓ Approved by <@{final.decided_by}>, but the run stopped before the "
+                        "call ran"
+                    )
+                await asyncio.shield(self._show_outcome(final, note=note))
             raise
         finally:
             self._waiting.pop(record.id, None)

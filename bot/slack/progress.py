@@ -11,6 +11,7 @@ from collections import deque
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.answers import patiently, retry_after
 from bot.slack.blocks import progress_blocks, progress_text
 
 logger = logging.getLogger(__name__)
@@ -18,15 +19,7 @@ logger = logging.getLogger(__name__)
 VISIBLE_LINES = 12
 MIN_UPDATE_INTERVAL_S = 1.0
 FINAL_WRITE_ATTEMPTS = 5
-
-
-def _retry_after(exc: SlackApiError) -> float:
-    headers = getattr(exc.response, "headers", {}) or {}
-    value = headers.get("Retry-After") or headers.get("retry-after")
-    try:
-        return max(1.0, float(value))
-    except (TypeError, ValueError):
-        return 1.0
+START_PATIENCE_S = 30.0
 
 
 class ProgressMessage:
@@ -61,25 +54,35 @@ class ProgressMessage:
         self._last_write = 0.0
 
     async def start(self) -> None:
-        response = await self.client.chat_postMessage(
-            channel=self.channel,
-            thread_ts=self.thread_ts,
-            text=progress_text(list(self.lines), self.status),
-            blocks=progress_blocks(
-                list(self.lines), run_id=self.run_id, running=True, status=self.status
-            ),
-        )
+        """Post the message; if Slack will not take it, the run goes on without one."""
+        try:
+            response = await patiently(
+                lambda: self.client.chat_postMessage(
+                    channel=self.channel,
+                    thread_ts=self.thread_ts,
+                    text=progress_text(list(self.lines), self.status),
+                    blocks=progress_blocks(
+                        list(self.lines), run_id=self.run_id, running=True, status=self.status
+                    ),
+                ),
+                patience_s=START_PATIENCE_S,
+            )
+        except SlackApiError as exc:
+            logger.warning("no progress message for this run: %s", exc.response.get("error"))
+            return
         self.ts = response["ts"]
         self._last_write = time.monotonic()
         self._writer = asyncio.create_task(self._write_loop(), name=f"progress-{self.run_id}")
 
     def add(self, line: str) -> None:
         self.lines.append(line)
-        self._dirty.set()
+        if self.ts is not None:
+            self._dirty.set()
 
     def set_status(self, status: str) -> None:
         self.status = status
-        self._dirty.set()
+        if self.ts is not None:
+            self._dirty.set()
 
     async def _write_loop(self) -> None:
         while True:
@@ -93,7 +96,7 @@ class ProgressMessage:
             except SlackApiError as exc:
                 if exc.response.status_code == 429:
                     self._dirty.set()
-                    await asyncio.sleep(_retry_after(exc))
+                    await asyncio.sleep(retry_after(exc))
                 else:
                     logger.warning("progress update failed: %s", exc.response.get("error"))
             except Exception:
@@ -128,4 +131,4 @@ class ProgressMessage:
                 if exc.response.status_code != 429 or attempt == FINAL_WRITE_ATTEMPTS - 1:
                     logger.warning("final progress update failed: %s", exc.response.get("error"))
                     return
-                await asyncio.sleep(_retry_after(exc))
+                await asyncio.sleep(retry_after(exc))

@@ -35,8 +35,8 @@ class HttpServer:
         self._runner: web.AppRunner | None = None
 
     async def handle_events(self, request: web.Request) -> web.StreamResponse:
-        if not self.surface.threads.accepting:
-            return web.json_response({"ok": False, "error": "shutting_down"}, status=503)
+        # Dispatched even while shutting down: new messages are ignored there, but a
+        # click that approves or cancels a run still finishing must get through.
         bolt_request = await to_bolt_request(request)
         bolt_response = await self.surface.app.async_dispatch(bolt_request)
         return await to_aiohttp_response(bolt_response)
@@ -91,9 +91,11 @@ async def serve(settings: Settings) -> None:
         logger.info("stopping: no new work; waiting up to %.0f s for runs", SHUTDOWN_GRACE_S)
     finally:
         surface.threads.accepting = False
+        # Connections stay open through the grace period, for the clicks of runs
+        # that are finishing; they close after.
+        await surface.stop(SHUTDOWN_GRACE_S)
         if socket_handler is not None:
             await socket_handler.close_async()
-        await surface.stop(SHUTDOWN_GRACE_S)
         if http is not None:
             await http.stop()
         await baton.close()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
@@ -48,6 +50,7 @@ class SlackSurface:
         self.client = build_web_client(settings)
         self.app = AsyncApp(
             client=self.client,
+            authorize=self._authorizer(),
             signing_secret=settings.slack_signing_secret or "",
             # Socket Mode messages are not signed; HTTP requests always are checked.
             request_verification_enabled=not settings.socket_mode,
@@ -65,8 +68,26 @@ class SlackSurface:
         Listeners(baton, self.threads, self.approvers, self.approvals).register(self.app)
         self._maintenance: asyncio.Task[None] | None = None
 
+    def _authorizer(self) -> Callable[..., Awaitable[AuthorizeResult]]:
+        # The bot's identity is learnt once, at start: a request never waits on auth.test.
+        # A plain function: Bolt passes arguments by the names it finds in the signature.
+        async def authorize(
+            enterprise_id: str | None, team_id: str | None, user_id: str | None
+        ) -> AuthorizeResult:
+            await self.threads.identify()
+            return AuthorizeResult(
+                enterprise_id=enterprise_id,
+                team_id=team_id,
+                bot_token=self.baton.settings.slack_bot_token,
+                bot_user_id=self.threads.bot_user_id,
+                bot_id=self.threads.bot_id,
+            )
+
+        return authorize
+
     async def start(self) -> None:
         """Post background results to their threads; close what a restart interrupted."""
+        await self.threads.identify()
         self.baton.tracker.on_finish(self.threads.post_task_finished)
         self.baton.start_heartbeat()
         await self.tidy()

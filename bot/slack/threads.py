@@ -26,9 +26,9 @@ from bot.engine import (
     ToolStart,
 )
 from bot.sessions import UnknownAgentError
-from bot.slack.answers import post_answer, post_messages
+from bot.slack.answers import post_answer, post_messages, post_text
 from bot.slack.approvals import SlackApprovals
-from bot.slack.blocks import task_finished_message
+from bot.slack.blocks import error_message, task_finished_message
 from bot.slack.people import UserNames
 from bot.slack.progress import ProgressMessage
 from bot.slack.text import (
@@ -68,6 +68,7 @@ class ActiveRun:
     authors: list[tuple[str, str]] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     cancelled_by: str | None = None
+    direct: bool = False  # an `@agent` run: it reads no steering; messages wait for its end
 
     def take_inbox(self) -> list[ChatMessage]:
         taken = list(self.inbox)
@@ -167,6 +168,7 @@ class SlackThreads:
             user_id=user,
             channel=channel,
             thread_ts=thread_ts,
+            direct=parse_direct_agent(mention_free(text, self.bot_user_id or "")) is not None,
         )
         self.runs[run.run_id] = run
         self.threads[key.key] = run
@@ -177,14 +179,30 @@ class SlackThreads:
             self.runs.pop(run.run_id, None)
             if self.threads.get(key.key) is run:
                 self.threads.pop(key.key, None)
-            # Messages that came in after the last LLM call: answer them, not lose them.
-            leftovers = list(run.authors) if self.accepting else []
+            leftovers = list(run.authors)
             run.take_inbox()
-            for author, leftover in leftovers:
+            if leftovers and (run.cancelled_by or not self.accepting):
+                # A cancel stops the conversation, not just the call in progress.
+                who = ", ".join(sorted({f"<@{author}>" for author, _ in leftovers}))
+                why = "the run was cancelled" if run.cancelled_by else "Baton is restarting"
                 self.spawn(
-                    self._follow_up(run, author, leftover, team_id=key.team_id),
-                    f"follow-up-{run.run_id}",
-                )
+                    self._say(run, f"⊘ Not handled ({why}): the messages from {who} that came "
+                              "in while it worked. Ask again if they still matter."),
+                    f"not-handled-{run.run_id}",
+                )  # fmt: skip
+            elif leftovers:
+                # Messages that came in after the last LLM call: answer them, not lose them.
+                for author, leftover in leftovers:
+                    self.spawn(
+                        self._follow_up(run, author, leftover, team_id=key.team_id),
+                        f"follow-up-{run.run_id}",
+                    )
+
+    async def _say(self, run: ActiveRun, text: str) -> None:
+        try:
+            await post_text(self.client, channel=run.channel, thread_ts=run.thread_ts, text=text)
+        except SlackApiError as exc:
+            logger.warning("could not post in the thread: %s", exc.response.get("error"))
 
     async def _follow_up(
         self, run: ActiveRun, author: str, text: str, *, team_id: str | None
@@ -209,12 +227,11 @@ class SlackThreads:
             )
         )
         run.authors.append((user, clean))
-        with contextlib.suppress(SlackApiError):
-            await self.client.chat_postMessage(
-                channel=run.channel,
-                thread_ts=run.thread_ts,
-                text=f"↪ Got it, <@{user}>: I'll take that into account before my next step.",
-            )
+        if run.direct:
+            reply = f"↪ Got it, <@{user}>: I'll answer this when the agent at work has finished."
+        else:
+            reply = f"↪ Got it, <@{user}>: I'll take that into account before my next step."
+        await self._say(run, reply)
 
     # ---------------------------------------------------------------------- runs
 
@@ -246,23 +263,29 @@ class SlackThreads:
             final = f"⊘ Cancelled{who}"
             raise
         except SlackApiError as exc:
-            final = f"✗ Slack refused a message: {exc.response.get('error')}"
+            reason = f"Slack refused a message: {exc.response.get('error')}"
+            final = f"✗ {reason}"
             logger.warning("Slack error during a run: %s", exc.response.get("error"))
-            await self._report(run, final)
+            await self._report(run, reason)
         except Exception as exc:
             logger.exception("run %s failed", run.run_id)
-            final = f"✗ Something went wrong: {type(exc).__name__}: {exc}"
-            await self._report(run, final)
+            reason = f"Something went wrong: {type(exc).__name__}: {exc}"
+            final = f"✗ {reason}"
+            await self._report(run, reason)
         finally:
             if status_task is not None:
                 status_task.cancel()
             await asyncio.shield(progress.finish(final))
 
     async def _report(self, run: ActiveRun, text: str) -> None:
-        with contextlib.suppress(SlackApiError):
-            await self.client.chat_postMessage(
-                channel=run.channel, thread_ts=run.thread_ts, text=text
+        """Say in the thread what went wrong (escaped, whole), through rate limits."""
+        message = error_message(text)
+        try:
+            await post_messages(
+                self.client, channel=run.channel, thread_ts=run.thread_ts, messages=[message]
             )
+        except SlackApiError as exc:
+            logger.warning("could not report in the thread: %s", exc.response.get("error"))
 
     async def _run_main(
         self, run: ActiveRun, progress: ProgressMessage, ts: str, text: str, started: float
@@ -288,7 +311,7 @@ class SlackThreads:
                 done = event
         assert done is not None
         for message in errors:
-            await self._report(run, f"✗ {message}")
+            await self._report(run, message)
         if done.final_text.strip():
             await post_answer(
                 self.client, channel=run.channel, thread_ts=run.thread_ts, markdown=done.final_text
@@ -314,8 +337,11 @@ class SlackThreads:
         self, run: ActiveRun, progress: ProgressMessage, agent: str, text: str, started: float
     ) -> str:
         if not text:
-            await self._report(
-                run, f"Write the task after the agent's name: `@{agent} what to do`."
+            await post_text(
+                self.client,
+                channel=run.channel,
+                thread_ts=run.thread_ts,
+                text=f"Write the task after the agent's name: `@{agent} what to do`.",
             )
             return "✗ No task given"
         try:

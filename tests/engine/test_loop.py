@@ -411,3 +411,20 @@ async def test_steering_messages_join_before_the_next_llm_call(
         "[Bob] also check b.txt",
         "[Bob] and say hi",
     ]
+
+
+async def test_at_the_turn_limit_the_inbox_is_left_unread(
+    fake_llm: FakeOpenAI, llm: LLMClient, workspace: Workspace
+) -> None:
+    pending = [ChatMessage(role="user", content="[Bob] one more thing")]
+
+    def inbox() -> list[ChatMessage]:
+        taken = list(pending)
+        pending.clear()
+        return taken
+
+    fake_llm.script(Reply(tool_calls=[ToolCallSpec("list_dir", {})]))
+    events = await collect(make_engine(llm, workspace, max_turns=1), "go", inbox=inbox)
+    assert done_of(events).stop_reason == "max_turns"
+    # Nobody read it, so it is still there for whoever answers it next.
+    assert [m.content for m in pending] == ["[Bob] one more thing"]

@@ -243,3 +243,14 @@ async def test_a_restart_expires_requests_left_pending(strict: SlackHarness) -> 
     message = strict.slack.get_message("C1", ts)
     assert message is not None
     assert "Baton restarted before anyone decided" in json.dumps(message["blocks"])
+
+
+async def test_clicks_still_work_while_shutting_down(strict: SlackHarness) -> None:
+    _, found = await ask_for(strict, "touch during-shutdown.txt")
+    strict.surface.threads.accepting = False  # SIGTERM: no new work, runs may finish
+    await click(strict, found, "baton_approve", ALICE)
+    await strict.settle()
+    assert (strict.baton.workspace.root / "during-shutdown.txt").exists()
+    ignored = await strict.mention("a new question while stopping")
+    await strict.settle()
+    assert not any(BOT == m.get("user") for m in strict.thread("C1", ignored))

@@ -330,3 +330,49 @@ async def test_progress_updates_are_coalesced_and_show_the_last_lines(
     assert final.count("▸ list_dir") + final.count("✓") >= 12
     assert "✓ Done" in final
     assert "Listed twenty times." in answer_text(harness, "C1", ts)
+
+
+async def test_a_sustained_rate_limit_still_delivers_the_answer(harness: SlackHarness) -> None:
+    started = asyncio.Event()
+    go_on = asyncio.Event()
+
+    async def respond(request: RecordedRequest) -> Reply:
+        started.set()
+        await go_on.wait()
+        return Reply(text="Worth the wait.")
+
+    harness.llm.responder = respond
+    ts = await harness.mention("slow and limited")
+    await asyncio.wait_for(started.wait(), 10)
+    # More 429s in a row than the client's own retries absorb.
+    harness.slack.fail_next("chat.postMessage", status=429, retry_after=1, times=5)
+    go_on.set()
+    await harness.settle()
+    assert "Worth the wait." in answer_text(harness, "C1", ts)
+
+
+async def test_cancel_stops_the_conversation_not_just_the_call(harness: SlackHarness) -> None:
+    started = asyncio.Event()
+
+    async def hang(request: RecordedRequest) -> Reply:
+        started.set()
+        await asyncio.Event().wait()
+        return Reply(text="never")
+
+    harness.llm.responder = hang
+    ts = await harness.mention("long job")
+    await asyncio.wait_for(started.wait(), 10)
+    steer_ts = next_ts()
+    harness.slack.add_message("C1", "and also this", BOB, ts=steer_ts, thread_ts=ts)
+    await harness.send_event({
+        "type": "message", "channel_type": "channel", "channel": "C1", "user": BOB,
+        "text": "and also this", "ts": steer_ts, "thread_ts": ts, "event_ts": steer_ts,
+    })  # fmt: skip
+    await until(lambda: any("Got it" in t for t in harness.bot_texts("C1", ts)))
+    found = harness.find_button("C1", ts, "baton_cancel_run")
+    assert found is not None
+    await harness.click("baton_cancel_run", found["button"]["value"], user=ALICE,
+                        message_ts=found["message"]["ts"])  # fmt: skip
+    await harness.settle()
+    assert len(harness.llm.requests) == 1  # no follow-up run after the cancel
+    assert any("Not handled (the run was cancelled)" in t for t in harness.bot_texts("C1", ts))
