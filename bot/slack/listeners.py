@@ -158,20 +158,27 @@ class Listeners:
     async def cancel_run(self, body: dict[str, Any]) -> None:
         user = body["user"]["id"]
         run_id = body["actions"][0]["value"]
-        run = self.threads.runs.get(run_id)
         channel = _channel_of(body)
-        if run is None:
+        local = self.threads.runs.get(run_id)
+        # The run may live in another replica: the database knows who started it.
+        record = None if local else await self.threads.run_store.get(run_id)
+        if local is None and (record is None or record.state != "running"):
             if channel:
                 await self._ephemeral(channel, user, "That run has already finished.")
             return
-        if not await self.approvers.may_decide(user, run.user_id):
-            await self._ephemeral(
-                run.channel,
-                user,
-                "Only the person who started this run or an approver can cancel it.",
-            )
+        started_by = local.user_id if local else record.user_id  # type: ignore[union-attr]
+        if not await self.approvers.may_decide(user, started_by):
+            if channel:
+                await self._ephemeral(
+                    channel,
+                    user,
+                    "Only the person who started this run or an approver can cancel it.",
+                )
             return
-        self.threads.cancel_run(run_id, user)
+        if local is not None:
+            self.threads.cancel_run(run_id, user)
+        else:
+            await self.threads.run_store.request_cancel(run_id, by=user)
 
     async def handle_view_log(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()

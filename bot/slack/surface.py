@@ -97,6 +97,7 @@ class SlackSurface:
         """Fail and expire the work of processes that are gone; forget old event claims."""
         await self.baton.tracker.recover()
         await self.approvals.expire_abandoned()
+        await self.threads.close_orphaned_runs()
         await self.baton.instances.forget_dead()
         await self.baton.events.prune()
 
@@ -114,4 +115,5 @@ class SlackSurface:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)
         await self.threads.drain(grace_s)
+        await self.threads.stop_watching()
         await self.baton.tracker.shutdown()

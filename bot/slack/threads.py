@@ -28,7 +28,7 @@ from bot.engine import (
 from bot.sessions import UnknownAgentError
 from bot.slack.answers import post_answer, post_messages, post_text
 from bot.slack.approvals import SlackApprovals
-from bot.slack.blocks import error_message, task_finished_message
+from bot.slack.blocks import error_message, progress_blocks, task_finished_message
 from bot.slack.people import UserNames
 from bot.slack.progress import ProgressMessage
 from bot.slack.text import (
@@ -39,6 +39,7 @@ from bot.slack.text import (
     parse_direct_agent,
 )
 from bot.store import SessionKey
+from bot.store.runs import RunStore
 from bot.store.tasks import TaskRecord
 from bot.subagents import SubAgentEvent
 from bot.subagents.runner import describe_event
@@ -52,6 +53,7 @@ STATUS_REFRESH_S = 90.0  # assistant thread status expires after two minutes
 MAX_CONTEXT_MESSAGES = 50
 MAX_CONTEXT_CHARS = 2_000
 MAX_REPLY_PAGES = 10
+CANCEL_WATCH_S = 1.0
 
 
 @dataclass(slots=True)
@@ -84,6 +86,8 @@ class SlackThreads:
         self.baton = baton
         self.client = client
         self.approvals = approvals
+        self.run_store = RunStore(baton.database)
+        self._cancel_watch: asyncio.Task[None] | None = None
         self.names = UserNames(client)
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
@@ -173,12 +177,23 @@ class SlackThreads:
         self.runs[run.run_id] = run
         self.threads[key.key] = run
         run.task = asyncio.current_task()  # type: ignore[assignment]
+        self._watch_cancels()
         try:
+            session = await self.baton.conversations.store.get_or_create(key)
+            await self.run_store.start(
+                run_id=run.run_id,
+                owner=self.baton.instances.id,
+                session_id=session.id,
+                channel_id=channel,
+                thread_ts=thread_ts,
+                user_id=user,
+            )
             await self._run(run, ts=ts, text=text, is_dm=is_dm)
         finally:
             self.runs.pop(run.run_id, None)
             if self.threads.get(key.key) is run:
                 self.threads.pop(key.key, None)
+            await asyncio.shield(self.run_store.finish(run.run_id))
             leftovers = list(run.authors)
             run.take_inbox()
             if leftovers and (run.cancelled_by or not self.accepting):
@@ -254,6 +269,8 @@ class SlackThreads:
         final = "✗ Stopped"
         try:
             await progress.start()
+            if progress.ts is not None:
+                await self.run_store.set_progress(run.run_id, progress.ts)
             if direct is not None:
                 final = await self._run_agent(run, progress, direct[0], direct[1], started)
             else:
@@ -472,6 +489,46 @@ class SlackThreads:
         run.cancelled_by = user_id
         run.task.cancel()
         return run
+
+    def _watch_cancels(self) -> None:
+        if self._cancel_watch is None or self._cancel_watch.done():
+            self._cancel_watch = asyncio.create_task(self._cancels(), name="run-cancel-watch")
+
+    async def _cancels(self) -> None:
+        """Cancel runs of this process that a click on another replica asked to stop."""
+        while self.runs:
+            await asyncio.sleep(CANCEL_WATCH_S)
+            try:
+                requests = await self.run_store.cancel_requests(self.baton.instances.id)
+            except Exception:
+                logger.exception("could not read cancel requests")
+                continue
+            for record in requests:
+                if record.cancel_requested_by:
+                    self.cancel_run(record.id, record.cancel_requested_by)
+
+    async def close_orphaned_runs(self) -> None:
+        """Progress messages of runs whose process is gone: say so, remove Cancel."""
+        for record in await self.run_store.orphans(alive=await self.baton.instances.alive()):
+            if record.progress_ts:
+                final = "✗ Interrupted by a restart; ask again"
+                try:
+                    await self.client.chat_update(
+                        channel=record.channel_id,
+                        ts=record.progress_ts,
+                        text=final,
+                        blocks=progress_blocks([], run_id=record.id, running=False, status=final),
+                    )
+                except SlackApiError as exc:
+                    logger.info(
+                        "could not close progress %s: %s", record.id, exc.response.get("error")
+                    )
+            await self.run_store.finish(record.id)
+
+    async def stop_watching(self) -> None:
+        if self._cancel_watch is not None:
+            self._cancel_watch.cancel()
+            await asyncio.gather(self._cancel_watch, return_exceptions=True)
 
     async def post_task_finished(self, record: TaskRecord) -> None:
         """Tell the thread that started a background task how it ended."""

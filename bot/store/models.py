@@ -126,6 +126,23 @@ class ApprovalRow(SQLModel, table=True):
     created_at: datetime = _timestamp(nullable=False)
 
 
+class RunRow(SQLModel, table=True):
+    """A run in a Slack thread: who owns it, its progress message, a cancel request."""
+
+    __tablename__ = "runs"
+
+    id: str = Field(primary_key=True, max_length=64)
+    owner: str = Field(max_length=64, index=True)
+    session_id: int = Field(foreign_key="sessions.id", index=True)
+    channel_id: str = Field(max_length=32)
+    thread_ts: str = Field(max_length=32)
+    user_id: str = Field(max_length=32)
+    progress_ts: str | None = Field(default=None, max_length=32)
+    state: str = Field(default="running", max_length=16, index=True)
+    cancel_requested_by: str | None = Field(default=None, max_length=32)
+    created_at: datetime = _timestamp(nullable=False)
+
+
 class InstanceRow(SQLModel, table=True):
     """A running Baton process; its heartbeat says it still owns its tasks and approvals."""
 
