@@ -567,9 +567,9 @@ def test_an_extra_scope_is_reported(manifest: dict[str, Any]) -> None:
     needs, _ = method_needs(Call(m, "BATON_METHODS") for m in BATON_METHODS)
     event_needs, _ = manifest_needs(manifest)
     problems = scope_problems(
-        [*bot_scopes(manifest), "im:write", "mpim:history"], needs + event_needs
+        [*bot_scopes(manifest), "im:write", "reactions:write"], needs + event_needs
     )
-    assert [p.split(" ", 1)[0] for p in problems] == ["im:write", "mpim:history"]
+    assert [p.split(" ", 1)[0] for p in problems] == ["im:write", "reactions:write"]
 
 
 def test_an_unknown_event_is_reported(manifest: dict[str, Any]) -> None:
