@@ -383,6 +383,7 @@ def test_tasks_panel_with_huge_fields_stays_within_limits() -> None:
     ]
     blocks = tasks_panel(tasks, now=NOW, running=0, done=30, viewer_may_cancel=lambda t: True)
     check_blocks(blocks, "message")
+    assert "and 10 more" in str(blocks[-1])
 
 
 @pytest.mark.parametrize(
