@@ -1,0 +1,54 @@
+"""Socket Mode (SLACK_APP_TOKEN set): the same app over Slack's WebSocket protocol."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+from bot.app import build_baton
+from bot.slack.surface import SlackSurface
+from tests.conftest import make_settings
+from tests.fakes.openai_api import FakeOpenAI, Reply
+from tests.fakes.slack_api import FakeSlackAPI
+from tests.fakes.socket_mode import FakeSocketMode
+from tests.slack.harness import ALICE, BOT, next_ts, until
+
+
+async def test_a_mention_over_socket_mode_is_acked_and_answered(tmp_path: Path) -> None:
+    async with FakeSlackAPI(bot_user_id=BOT) as slack, FakeOpenAI() as llm:
+        slack.add_user(ALICE, "alice", display_name="Alice")
+        async with FakeSocketMode(slack) as socket:
+            settings = make_settings(
+                tmp_path, llm.url, slack_bot_token="xoxb-test", slack_app_token="xapp-test",
+                slack_signing_secret=None, slack_api_url=slack.url,
+            )  # fmt: skip
+            assert settings.socket_mode
+            baton = await build_baton(settings)
+            surface = SlackSurface(baton)
+            await surface.start()
+            handler = AsyncSocketModeHandler(surface.app, settings.slack_app_token)
+            try:
+                await handler.connect_async()
+                await socket.wait_connected()
+                llm.script(Reply(text="Answered over the socket."))
+                ts = next_ts()
+                text = f"<@{BOT}> hello over the socket"
+                slack.add_message("C1", text, ALICE, ts=ts)
+                envelope = await socket.send("events_api", {
+                    "type": "event_callback", "team_id": "T0001", "event_id": "EvSock",
+                    "event_time": int(time.time()),
+                    "event": {"type": "app_mention", "user": ALICE, "text": text, "ts": ts,
+                              "channel": "C1", "event_ts": ts},
+                })  # fmt: skip
+                await socket.wait_ack(envelope)
+                await until(
+                    lambda: any("Answered over the socket." in str(m)
+                                for m in slack.thread_messages("C1", ts))
+                )  # fmt: skip
+            finally:
+                await handler.close_async()
+                await surface.stop(5)
+                await baton.close()
+        assert slack.calls_to("apps.connections.open")[0].token == "xapp-test"
