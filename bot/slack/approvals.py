@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -92,6 +92,7 @@ class SlackApprovals:
             owner=self.instances.id,
         )
         woken = self._waiting[record.id] = asyncio.Event()
+        posted_ts: str | None = None
         try:
             text, blocks = request_message(record, timeout_s=self.timeout_s)
             try:
@@ -106,12 +107,17 @@ class SlackApprovals:
                     message="the approval request could not be posted to Slack "
                     f"({exc.response.get('error')}), so the call was not run",
                 )
-            await self.store.set_message(record.id, channel_id=channel, message_ts=posted["ts"])
+            posted_ts = posted["ts"]
+            await self.store.set_message(record.id, channel_id=channel, message_ts=posted_ts)
             record = await self._wait(record.id, woken)
         except BaseException:
             # Cancelled, or something broke (network, database): nobody may approve a
             # request that no run waits for any more, so close it and say so.
             final = await asyncio.shield(self._cancel(record.id))
+            if final is not None and posted_ts and not final.message_ts:
+                # Stopped between posting and recording the message: the buttons still
+                # have to go, and this process knows where they are.
+                final = replace(final, channel_id=channel, message_ts=posted_ts)
             if final is not None:
                 note = None
                 if final.state == "approved":
