@@ -6,6 +6,7 @@ hands them down.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from bot.errors import ConfigError
 from bot.permissions.rules import Rule
 
-DEFAULT_AGENTS_DIR = Path(__file__).resolve().parent.parent / "agents"
+
+def _shipped_agents_dir() -> Path:
+    """Baton's own agents/: beside the package in a checkout, else where a wheel put it."""
+    beside = Path(__file__).resolve().parent.parent / "agents"
+    installed = Path(sys.prefix) / "share" / "baton" / "agents"
+    return beside if beside.is_dir() or not installed.is_dir() else installed
+
+
+DEFAULT_AGENTS_DIR = _shipped_agents_dir()
 DEFAULT_CONFIG_NAME = "baton.yaml"
 
 
