@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 VISIBLE_LINES = 12
 MIN_UPDATE_INTERVAL_S = 1.0
-FINAL_WRITE_ATTEMPTS = 5
+FINAL_PATIENCE_S = 60.0
 START_PATIENCE_S = 30.0
 
 
@@ -123,12 +123,7 @@ class ProgressMessage:
         self.status = status
         if self.ts is None:
             return
-        for attempt in range(FINAL_WRITE_ATTEMPTS):
-            try:
-                await self._write(running=False)
-                return
-            except SlackApiError as exc:
-                if exc.response.status_code != 429 or attempt == FINAL_WRITE_ATTEMPTS - 1:
-                    logger.warning("final progress update failed: %s", exc.response.get("error"))
-                    return
-                await asyncio.sleep(retry_after(exc))
+        try:
+            await patiently(lambda: self._write(running=False), patience_s=FINAL_PATIENCE_S)
+        except SlackApiError as exc:
+            logger.warning("final progress update failed: %s", exc.response.get("error"))
