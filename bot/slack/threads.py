@@ -71,6 +71,7 @@ class ActiveRun:
     task: asyncio.Task[None] | None = None
     cancelled_by: str | None = None
     direct: bool = False  # an `@agent` run: it reads no steering; messages wait for its end
+    session_id: int | None = None  # set once the session is found, before the run starts
 
     def take_inbox(self) -> list[ChatMessage]:
         taken = list(self.inbox)
@@ -180,6 +181,7 @@ class SlackThreads:
         self._watch_cancels()
         try:
             session = await self.baton.conversations.store.get_or_create(key)
+            run.session_id = session.id
             await self.run_store.start(
                 run_id=run.run_id,
                 owner=self.baton.instances.id,
@@ -316,7 +318,7 @@ class SlackThreads:
             run.key,
             f"[{name} <@{run.user_id}>] {text}",
             user_id=run.user_id,
-            approval=await self._approval_for(run),
+            approval=self._approval_for(run),
             progress=lambda update: self._show_child(progress, update, child_usage),
             inbox=run.take_inbox,
             context=context,
@@ -367,7 +369,7 @@ class SlackThreads:
                 agent,
                 text,
                 user_id=run.user_id,
-                approval=await self._approval_for(run),
+                approval=self._approval_for(run),
                 progress=lambda update: self._show_child(progress, update, {}),
             )
         except UnknownAgentError as exc:
@@ -393,10 +395,10 @@ class SlackThreads:
             ]
         )
 
-    async def _approval_for(self, run: ActiveRun) -> ApprovalFunc:
-        session = await self.baton.conversations.store.get_or_create(run.key)
+    def _approval_for(self, run: ActiveRun) -> ApprovalFunc:
+        assert run.session_id is not None
         return self.approvals.for_run(
-            session_id=session.id,
+            session_id=run.session_id,
             channel=run.channel,
             thread_ts=run.thread_ts,
             requested_by=run.user_id,
@@ -440,7 +442,10 @@ class SlackThreads:
 
     async def _thread_context(self, run: ActiveRun, ts: str) -> str | None:
         """On a thread's first turn, what was said in it before Baton was asked."""
-        if run.thread_ts == ts or await self.baton.conversations.history(run.key):
+        if run.thread_ts == ts:
+            return None
+        assert run.session_id is not None
+        if await self.baton.conversations.store.has_history(run.session_id):
             return None
         messages: list[dict[str, Any]] = []
         cursor: str | None = None

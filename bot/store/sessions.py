@@ -115,6 +115,14 @@ class SessionStore:
             )
             return [_message(row) for row in result.all()]
 
+    async def has_history(self, session_id: int) -> bool:
+        """Whether the session holds any message (without loading them)."""
+        async with self.database.sessions() as session:
+            result = await session.exec(
+                select(MessageRow.id).where(MessageRow.session_id == session_id).limit(1)
+            )
+            return result.first() is not None
+
     async def add_usage(
         self, session_id: int, *, prompt_tokens: int, completion_tokens: int
     ) -> None:
