@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import openai
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.engine import URL
 
 from bot.config import Settings
 from bot.engine import LLMClient
@@ -73,12 +72,8 @@ class Baton:
         await self.database.close()
 
 
-def sqlite_files(database_url: str) -> list[Path]:
+def sqlite_files(url: URL) -> list[Path]:
     """The files of a SQLite database (with its WAL and shared-memory files), if it is one."""
-    try:
-        url = make_url(database_url)
-    except ArgumentError:
-        return []  # Database() reports the bad URL with the variable's name
     if not url.drivername.startswith("sqlite") or not url.database or url.database == ":memory:":
         return []
     path = Path(url.database).expanduser().resolve()
@@ -99,10 +94,11 @@ async def build_baton(settings: Settings) -> Baton:
             "no model is configured: set BATON_MODEL or `model:` in baton.yaml "
             "(any model name your OpenAI-compatible server knows)"
         )
+    database = Database(settings.database_url)
     workspace = Workspace(
         settings.workspace,
         protected_files=[settings.config_path] if settings.config_path else [],
-        private_files=sqlite_files(settings.database_url),
+        private_files=sqlite_files(database.engine.url),
     )
     openai_client = openai.AsyncOpenAI(
         # A local OpenAI-compatible server often needs no key; the client insists on one.
@@ -110,7 +106,6 @@ async def build_baton(settings: Settings) -> Baton:
         base_url=settings.openai_base_url,
         timeout=LLM_TIMEOUT_S,
     )
-    database = Database(settings.database_url)
     await database.create_schema()
     instances = Instances(database)
     await instances.register()
