@@ -31,7 +31,7 @@ from bot.engine.hooks import (
 from bot.engine.llm import LLMClient, LLMResponse, TextChunk
 from bot.engine.messages import ChatMessage, ToolCall, Usage
 from bot.errors import LLMError, ToolError
-from bot.tools.base import DEFAULT_OUTPUT_LIMIT, ToolRegistry, cap_output
+from bot.tools.base import DEFAULT_OUTPUT_LIMIT, ToolRegistry, cap_output, person_approved
 
 logger = logging.getLogger(__name__)
 
@@ -265,8 +265,11 @@ class Engine:
             )
             if not verdict.approved:
                 return _CallOutcome(output=f"Not run: {verdict.message}", is_error=True)
+        approved = person_approved.set(decision.action == "ask")
         try:
             output = await tool.run(arguments)
         except ToolError as exc:
             return _CallOutcome(output=f"Error: {exc}", is_error=True)
+        finally:
+            person_approved.reset(approved)
         return _CallOutcome(output=output, is_error=False)

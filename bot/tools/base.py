@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -14,6 +15,11 @@ from bot.errors import ToolArgumentsError
 ArgumentKind = Literal["path", "command", "pattern"]
 
 DEFAULT_OUTPUT_LIMIT = 30_000
+
+# True while a tool runs a call that a person approved. The engine sets it; a tool that
+# finds, on the object it actually opened, a reason to ask (a file with several hard
+# links) refuses unless a person already said yes to this very call.
+person_approved: ContextVar[bool] = ContextVar("person_approved", default=False)
 
 
 class ToolArguments(BaseModel):
