@@ -44,6 +44,41 @@ def next_ts() -> str:
     return f"{1_700_000_000 + next(_counter)}.{next(_counter):06d}"
 
 
+def click_body(
+    action_id: str, value: str, *, user: str, channel: str = "C1",
+    message_ts: str | None = None, view: dict[str, Any] | None = None,
+) -> str:  # fmt: skip
+    """The form body Slack posts for a button click (block_actions)."""
+    payload: dict[str, Any] = {
+        "type": "block_actions",
+        "user": {"id": user, "username": user.lower(), "team_id": TEAM},
+        "api_app_id": "ABATON",
+        "token": "legacy",
+        "trigger_id": f"{next(_counter)}.trigger",
+        "team": {"id": TEAM, "domain": "baton-test"},
+        "actions": [
+            {
+                "action_id": action_id,
+                "block_id": "b",
+                "value": value,
+                "type": "button",
+                "action_ts": str(time.time()),
+            }
+        ],
+    }
+    if view is not None:
+        payload["container"] = {"type": "view", "view_id": view["id"]}
+        payload["view"] = view
+    else:
+        payload["container"] = {
+            "type": "message", "message_ts": message_ts or "0", "channel_id": channel,
+            "is_ephemeral": message_ts is None,
+        }  # fmt: skip
+        payload["channel"] = {"id": channel, "name": "general"}
+        payload["response_url"] = "https://hooks.slack.com/actions/T0001/1/x"
+    return urlencode({"payload": json.dumps(payload)})
+
+
 @dataclass
 class SlackHarness:
     """The bot as deployed, with Slack and the model replaced by local fakes."""
@@ -124,34 +159,9 @@ class SlackHarness:
         message_ts: str | None = None, view: dict[str, Any] | None = None,
     ) -> int:  # fmt: skip
         """A button click (block_actions), built from a button the bot posted."""
-        payload: dict[str, Any] = {
-            "type": "block_actions",
-            "user": {"id": user, "username": user.lower(), "team_id": TEAM},
-            "api_app_id": "ABATON",
-            "token": "legacy",
-            "trigger_id": f"{next(_counter)}.trigger",
-            "team": {"id": TEAM, "domain": "baton-test"},
-            "actions": [
-                {
-                    "action_id": action_id,
-                    "block_id": "b",
-                    "value": value,
-                    "type": "button",
-                    "action_ts": str(time.time()),
-                }
-            ],
-        }
-        if view is not None:
-            payload["container"] = {"type": "view", "view_id": view["id"]}
-            payload["view"] = view
-        else:
-            payload["container"] = {
-                "type": "message", "message_ts": message_ts or "0", "channel_id": channel,
-                "is_ephemeral": message_ts is None,
-            }  # fmt: skip
-            payload["channel"] = {"id": channel, "name": "general"}
-            payload["response_url"] = "https://hooks.slack.com/actions/T0001/1/x"
-        body = urlencode({"payload": json.dumps(payload)})
+        body = click_body(
+            action_id, value, user=user, channel=channel, message_ts=message_ts, view=view
+        )
         response = await self.post(body, content_type="application/x-www-form-urlencoded")
         return response.status
 
