@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from bot.config import Settings, load_settings
 from bot.errors import BatonError
+from bot.redaction import redact
 
 NO_TOKEN_MESSAGE = """\
 baton: SLACK_BOT_TOKEN is not set, so Baton cannot connect to Slack.
@@ -54,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(run_chat(settings, session_name=args.session))
         return run_slack(settings)
     except BatonError as exc:
-        print(f"baton: {exc}", file=sys.stderr)
+        # Settings may not exist yet, so only the patterns (URL passwords, tokens) apply.
+        print(f"baton: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -12,6 +12,7 @@ from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.errors import ConfigError
+from bot.redaction import redact, url_password
 from bot.store import models  # noqa: F401  (registers the tables on SQLModel.metadata)
 
 _ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
@@ -21,8 +22,16 @@ def async_url(url: str) -> str:
     """Turn a plain `sqlite:///…` or `postgresql://…` URL into one with an async driver."""
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise ConfigError(f"DATABASE_URL: {url!r} is not a database URL ({exc})") from exc
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        # The value is not echoed: a URL that does not parse cannot be trusted to
+        # show where its password is, and the message reaches logs and terminals.
+        raise ConfigError(
+            redact(
+                f"DATABASE_URL is not a database URL ({exc}); "
+                "use sqlite:///path or postgresql://user:password@host/database",
+                [url_password(url)],
+            )
+        ) from exc
     backend, _, driver = parsed.drivername.partition("+")
     if backend not in _ASYNC_DRIVERS:
         raise ConfigError(
