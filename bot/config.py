@@ -6,10 +6,13 @@ hands them down.
 
 from __future__ import annotations
 
+import logging
+import os
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
@@ -17,6 +20,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.errors import ConfigError
 from bot.permissions.rules import Rule
+from bot.redaction import url_password
+
+logger = logging.getLogger(__name__)
 
 
 def _shipped_agents_dir() -> Path:
@@ -28,6 +34,12 @@ def _shipped_agents_dir() -> Path:
 
 DEFAULT_AGENTS_DIR = _shipped_agents_dir()
 DEFAULT_CONFIG_NAME = "baton.yaml"
+DATABASE_FILE_NAME = "baton.db"
+
+# Where the database URL came from: the operator (DATABASE_URL), the state
+# directory (the default), or a baton.db left in the start directory by an
+# install from before the state directory existed.
+DatabaseOrigin = Literal["explicit", "state_dir", "legacy"]
 
 
 class PermissionsConfig(BaseModel):
@@ -47,6 +59,14 @@ class PermissionsConfig(BaseModel):
         return rules
 
 
+class SandboxConfig(BaseModel):
+    """The `sandbox` section: what commands in the sandbox may reach."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    network: bool = False
+
+
 class FileConfig(BaseModel):
     """What baton.yaml may hold; every key optional, unknown keys refused."""
 
@@ -59,6 +79,7 @@ class FileConfig(BaseModel):
     approvers: tuple[str, ...] = ()
     agent_dirs: tuple[Path, ...] | None = None
     permissions: PermissionsConfig = PermissionsConfig()
+    sandbox: SandboxConfig = SandboxConfig()
 
 
 class EnvironmentSettings(BaseSettings):
@@ -74,7 +95,10 @@ class EnvironmentSettings(BaseSettings):
     openai_api_key: str | None = Field(default=None, validation_alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
     baton_model: str | None = Field(default=None, validation_alias="BATON_MODEL")
-    database_url: str = Field(default="sqlite:///baton.db", validation_alias="DATABASE_URL")
+    database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
+    # Strings, not paths: an empty variable means "unset", where Path("") would be ".".
+    baton_state_dir: str | None = Field(default=None, validation_alias="BATON_STATE_DIR")
+    xdg_state_home: str | None = Field(default=None, validation_alias="XDG_STATE_HOME")
     baton_workspace: Path | None = Field(default=None, validation_alias="BATON_WORKSPACE")
     baton_config: Path | None = Field(default=None, validation_alias="BATON_CONFIG")
 
@@ -93,6 +117,8 @@ class Settings(BaseModel):
     openai_base_url: str | None
     model: str | None
     database_url: str
+    database_origin: DatabaseOrigin
+    state_dir: Path
     workspace: Path
     config_path: Path | None
     max_turns: int
@@ -101,6 +127,7 @@ class Settings(BaseModel):
     approvers: tuple[str, ...]
     agent_dirs: tuple[Path, ...]
     permissions: PermissionsConfig
+    sandbox: SandboxConfig
 
     @field_validator("slack_api_url")
     @classmethod
@@ -112,6 +139,18 @@ class Settings(BaseModel):
     @property
     def socket_mode(self) -> bool:
         return bool(self.slack_app_token)
+
+    @property
+    def secret_values(self) -> tuple[str, ...]:
+        """The values no text shown to a person may contain (see `bot.redaction`)."""
+        candidates = (
+            self.slack_bot_token,
+            self.slack_signing_secret,
+            self.slack_app_token,
+            self.openai_api_key,
+            url_password(self.database_url),
+        )
+        return tuple(value for value in candidates if value)
 
 
 def load_settings(cwd: Path | None = None) -> Settings:
@@ -128,6 +167,13 @@ def load_settings(cwd: Path | None = None) -> Settings:
         workspace = base / workspace
     if not workspace.is_dir():
         raise ConfigError(f"BATON_WORKSPACE: {workspace} is not a directory")
+    workspace = workspace.resolve()
+    state_dir = _state_dir(env, base)
+    # Checked before the state directory is made, so a refused start leaves
+    # nothing behind inside the workspace.
+    check_workspace(workspace, state_dir, named=env.baton_workspace is not None)
+    _make_state_dir(state_dir)
+    database_url, database_origin = _database_url(env.database_url, state_dir, base)
     if file_config.agent_dirs is None:
         agent_dirs: tuple[Path, ...] = (DEFAULT_AGENTS_DIR,)
     else:
@@ -146,8 +192,10 @@ def load_settings(cwd: Path | None = None) -> Settings:
         openai_api_key=env.openai_api_key,
         openai_base_url=env.openai_base_url or None,
         model=env.baton_model or file_config.model,
-        database_url=env.database_url,
-        workspace=workspace.resolve(),
+        database_url=database_url,
+        database_origin=database_origin,
+        state_dir=state_dir,
+        workspace=workspace,
         config_path=config_path,
         max_turns=file_config.max_turns,
         max_background_tasks=file_config.max_background_tasks,
@@ -155,7 +203,99 @@ def load_settings(cwd: Path | None = None) -> Settings:
         approvers=file_config.approvers,
         agent_dirs=agent_dirs,
         permissions=file_config.permissions,
+        sandbox=file_config.sandbox,
     )
+
+
+def default_state_dir(xdg_state_home: str | None = None) -> Path:
+    """`$XDG_STATE_HOME/baton` when that is an absolute path, else `~/.local/state/baton`."""
+    # The XDG spec says a relative XDG_STATE_HOME is invalid and must be ignored.
+    if xdg_state_home and Path(xdg_state_home).is_absolute():
+        return Path(xdg_state_home) / "baton"
+    return Path.home() / ".local" / "state" / "baton"
+
+
+def _state_dir(env: EnvironmentSettings, base: Path) -> Path:
+    if not env.baton_state_dir:
+        return default_state_dir(env.xdg_state_home).resolve()
+    path = Path(env.baton_state_dir).expanduser()
+    return (path if path.is_absolute() else base / path).resolve()
+
+
+def check_workspace(workspace: Path, state_dir: Path, *, named: bool = True) -> None:
+    """Refuse a workspace from which the agents' tools would reach what they must not.
+
+    The tools may read and write everything in the workspace, so it can be neither
+    the whole machine, nor the operator's home (keys, credentials, other projects),
+    nor a directory holding Baton's own database and files.
+
+    Args:
+        workspace: The resolved workspace directory.
+        state_dir: The resolved state directory (it need not exist yet).
+        named: Whether BATON_WORKSPACE was set; if not, the workspace is the
+            directory Baton started from, and the message says so.
+
+    Raises:
+        ConfigError: Naming BATON_WORKSPACE, what is wrong and what to do.
+    """
+    where = "" if named else " (the current directory, as BATON_WORKSPACE is not set)"
+    if workspace == Path(workspace.anchor):
+        problem = "is the root directory: the agents could read and change every file"
+    elif workspace == Path.home().resolve():
+        problem = "is your home directory: the agents could read your keys and credentials"
+    elif workspace == state_dir:
+        problem = (
+            "is Baton's state directory (BATON_STATE_DIR): the agents could change its database"
+        )
+    elif workspace in state_dir.parents:
+        problem = (
+            f"contains Baton's state directory {state_dir} (BATON_STATE_DIR): "
+            "the agents could read and change Baton's database"
+        )
+    else:
+        return
+    raise ConfigError(
+        f"BATON_WORKSPACE: {workspace}{where} {problem}. Set BATON_WORKSPACE to the project "
+        "directory the agents should work in, with BATON_STATE_DIR outside it."
+    )
+
+
+def _make_state_dir(state_dir: Path) -> None:
+    if state_dir.is_dir():
+        mode = stat.S_IMODE(state_dir.stat().st_mode)
+        if mode & 0o077:
+            logger.warning(
+                "BATON_STATE_DIR %s is open to other users (mode %o); "
+                "Baton's database is there: chmod 700 %s",
+                state_dir, mode, state_dir,
+            )  # fmt: skip
+        return
+    try:
+        state_dir.mkdir(mode=0o700, parents=True)
+        # mkdir's mode passes through the umask; the state is the owner's alone.
+        os.chmod(state_dir, 0o700)
+    except OSError as exc:
+        raise ConfigError(
+            f"BATON_STATE_DIR: cannot create {state_dir} ({exc.strerror}); "
+            "set BATON_STATE_DIR to a directory Baton may write"
+        ) from exc
+
+
+def _database_url(explicit: str | None, state_dir: Path, base: Path) -> tuple[str, DatabaseOrigin]:
+    if explicit:
+        return explicit, "explicit"
+    legacy = base / DATABASE_FILE_NAME
+    if legacy.is_file():
+        # An install from before the state directory: its history must not vanish.
+        logger.warning(
+            "DATABASE_URL is not set and %s exists (the old default); Baton keeps using it. "
+            "It lies where Baton starts, often inside the workspace: to move it, stop Baton "
+            "and run  mv %s* %s/  (the -wal and -shm files go with it), or set "
+            "DATABASE_URL=sqlite:///%s to keep it where it is.",
+            legacy, legacy, state_dir, legacy,
+        )  # fmt: skip
+        return f"sqlite:///{legacy}", "legacy"
+    return f"sqlite:///{state_dir / DATABASE_FILE_NAME}", "state_dir"
 
 
 def _find_config(explicit: Path | None, base: Path) -> Path | None:

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from bot.app import Baton, build_baton
-from bot.config import PermissionsConfig, Settings
+from bot.config import PermissionsConfig, SandboxConfig, Settings
 from bot.engine.llm import LLMClient
 from bot.tools.workspace import Workspace
 from tests.fakes.openai_api import FakeOpenAI
@@ -58,6 +58,7 @@ def no_real_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         "BATON_MODEL",
         "BATON_CONFIG",
         "BATON_WORKSPACE",
+        "BATON_STATE_DIR",
         "DATABASE_URL",
         "PORT",
     ):
@@ -89,6 +90,9 @@ def make_settings(tmp_path: Path, llm_url: str, **overrides: Any) -> Settings:
     """Settings as the operator would give them, pointing at local fakes."""
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
+    # Beside the workspace, never in it, made as load_settings makes it.
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700, exist_ok=True)
     values: dict[str, Any] = {
         "slack_bot_token": None,
         "slack_signing_secret": None,
@@ -99,6 +103,8 @@ def make_settings(tmp_path: Path, llm_url: str, **overrides: Any) -> Settings:
         "openai_base_url": llm_url,
         "model": "fake-model",
         "database_url": f"sqlite:///{tmp_path / 'baton.db'}",
+        "database_origin": "explicit",
+        "state_dir": state_dir,
         "workspace": workspace.resolve(),
         "config_path": None,
         "max_turns": 50,
@@ -107,6 +113,7 @@ def make_settings(tmp_path: Path, llm_url: str, **overrides: Any) -> Settings:
         "approvers": (),
         "agent_dirs": (tmp_path / "agents",),
         "permissions": PermissionsConfig(),
+        "sandbox": SandboxConfig(),
     }
     values.update(overrides)
     return Settings(**values)
