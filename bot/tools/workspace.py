@@ -1,24 +1,71 @@
-"""The workspace jail: every path a tool touches is resolved and checked here."""
+"""The workspace jail: every path a tool touches is resolved and checked here.
+
+Paths are walked from the root one component at a time over descriptors
+(`bot.tools.safe_open`), and the checks that matter (Baton's database, its
+configuration, `.baton/`, hard links) are made on the identity of the object that
+was opened, so no other spelling, symlink or hard link of it gets past them.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import stat
 import weakref
-from collections.abc import Iterable
-from pathlib import Path, PurePath
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
-from bot.errors import WorkspaceError
+from bot.errors import ToolError, WorkspaceError
+from bot.tools.safe_open import (
+    MAX_REOPEN_ATTEMPTS,
+    Identity,
+    Walk,
+    identity,
+    make_dirs,
+    reopen,
+    walk,
+)
 
 PROTECTED_DIR = ".baton"
+# Walking `.baton/` for a hard-linked alias stops here; past it the file counts as protected.
+MAX_PROTECTED_SCAN = 10_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Guard:
+    """Identities of what no tool may touch, taken when a call checks, not at start-up.
+
+    Files may be created after Baton starts (the database's -wal file), so a file that
+    does not exist yet has no identity and is recognised by its resolved name instead.
+    """
+
+    private_ids: frozenset[Identity]
+    protected_ids: frozenset[Identity]
+    protected_dir_ids: frozenset[Identity]
+
+
+@dataclass(slots=True, kw_only=True)
+class OpenedFile:
+    """A regular file opened for a tool, with the `fstat` of that very descriptor."""
+
+    fd: int
+    stat: os.stat_result
+    path: Path
+    shown: str
+    created: bool = False
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 class Workspace:
     """A directory the tools may work in, and the paths inside it no tool may write.
 
-    Paths are resolved with symlinks followed, so a link that leads out of the
-    workspace is caught however it is spelled. `<root>/.baton/` and any extra
-    protected files (the config file) are readable but never writable.
+    `<root>/.baton/` and any extra protected files (the config file) are readable but
+    never writable; private files (Baton's database) are neither read nor written.
     """
 
     def __init__(
@@ -34,8 +81,11 @@ class Workspace:
         self.root = root_path.resolve()
         self.protected_dir = self.root / PROTECTED_DIR
         self.protected_files = frozenset(Path(p).expanduser().resolve() for p in protected_files)
-        # Private files (Baton's own database) are neither read nor written by any tool.
         self.private_files = frozenset(Path(p).expanduser().resolve() for p in private_files)
+        # Absolute paths may name the root as it is, or as the operator spelled it
+        # (through a symlink); anything else absolute is outside.
+        spelled = os.path.normpath(os.path.abspath(root_path))
+        self._roots = tuple(dict.fromkeys([str(self.root), spelled]))
         self._locks: weakref.WeakValueDictionary[Path, asyncio.Lock] = weakref.WeakValueDictionary()
 
     def lock_for(self, resolved: Path) -> asyncio.Lock:
@@ -46,42 +96,70 @@ class Workspace:
             self._locks[resolved] = lock
         return lock
 
+    @contextmanager
+    def locate(self, path: str) -> Iterator[Walk]:
+        """Walk `path` from a freshly opened root; the descriptors close on exit."""
+        root_fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            found = walk(root_fd, self._roots, path)
+        except BaseException:
+            os.close(root_fd)
+            raise
+        found._owned.append(root_fd)
+        with found:
+            yield found
+
+    def guard(self) -> Guard:
+        """The identities of the private and protected files as they are now."""
+        return Guard(
+            private_ids=_identities(self.private_files),
+            protected_ids=_identities(self.protected_files),
+            protected_dir_ids=_identities([self.protected_dir], lstat_too=True),
+        )
+
     def resolve(self, path: str) -> Path:
         """The absolute, symlink-free location of `path`, which must lie in the workspace."""
-        if not path or not path.strip():
-            raise WorkspaceError("the path is empty")
-        if "\x00" in path:
-            raise WorkspaceError("the path contains a NUL byte")
-        raw = PurePath(path)
-        candidate = raw if raw.is_absolute() else self.root / raw
-        resolved = Path(os.path.realpath(candidate))
-        if resolved in self.private_files:
-            raise WorkspaceError(f"{path!r} is Baton's own database; no tool may use it")
-        if resolved == self.root or resolved.is_relative_to(self.root):
-            return resolved
-        if raw.is_absolute():
-            reason = "is an absolute path outside the workspace"
-        elif ".." in raw.parts:
-            reason = "escapes the workspace through '..'"
-        else:
-            reason = "leads outside the workspace through a symbolic link"
-        raise WorkspaceError(f"{path!r} {reason} ({self.root}); only paths inside it may be used")
+        with self.locate(path) as found:
+            self._refuse_private(path, found, self.guard())
+            return self._absolute(found.parts)
 
     def resolve_for_write(self, path: str) -> Path:
         """Like `resolve`, and also refuses Baton's own protected files."""
-        resolved = self.resolve(path)
-        if self.is_protected(resolved):
-            raise WorkspaceError(
-                f"{path!r} is protected: Baton's configuration and {PROTECTED_DIR}/ "
-                "cannot be written by any tool"
-            )
-        return resolved
+        with self.locate(path) as found:
+            guard = self.guard()
+            self._refuse_private(path, found, guard)
+            self._refuse_protected(path, found, guard)
+            return self._absolute(found.parts)
 
     def is_protected(self, resolved: Path) -> bool:
+        """Whether a resolved path is `.baton/`, in it, or a protected file (by name or identity).
+
+        A pre-check for the permission hook; the tools check again on what they open.
+        """
+        if resolved == self.protected_dir or resolved.is_relative_to(self.protected_dir):
+            return True
+        if resolved in self.protected_files:
+            return True
+        guard = self.guard()
+        try:
+            st = os.lstat(resolved)
+        except OSError:
+            st = None
+        if st is not None and identity(st) in guard.protected_ids:
+            return True
+        for ancestor in resolved.parents:
+            if not ancestor.is_relative_to(self.root) or ancestor == self.root:
+                break
+            try:
+                if identity(os.lstat(ancestor)) in guard.protected_dir_ids:
+                    return True
+            except OSError:
+                continue
         return (
-            resolved == self.protected_dir
-            or resolved.is_relative_to(self.protected_dir)
-            or resolved in self.protected_files
+            st is not None
+            and stat.S_ISREG(st.st_mode)
+            and st.st_nlink > 1
+            and self._in_protected_dir(identity(st))
         )
 
     def relative(self, resolved: Path) -> str:
@@ -91,3 +169,159 @@ class Workspace:
         if resolved.is_relative_to(self.root):
             return resolved.relative_to(self.root).as_posix()
         return str(resolved)
+
+    def hard_link_count(self, path: str) -> int:
+        """How many hard links the regular file at `path` has; 0 if missing or not a file.
+
+        The permission hook asks a person before a call on a file with more than one
+        (it may be a file from outside the workspace). Raises `WorkspaceError` when
+        `path` leads out of the workspace, as `resolve` does.
+        """
+        with self.locate(path) as found:
+            if found.stat is None or not stat.S_ISREG(found.stat.st_mode):
+                return 0
+            return found.stat.st_nlink
+
+    def open_file(
+        self, path: str, *, write: bool = False, create: bool = False, approved: bool = False
+    ) -> OpenedFile:
+        """Open a regular file for a tool, checked on the descriptor it returns.
+
+        Args:
+            path: The path the model gave.
+            write: Open read-write, and refuse protected files; nothing is truncated, so
+                a refused file is left as it was.
+            create: Create the file (and its missing parent directories) if absent.
+            approved: A person approved this call, so a file with several hard links
+                may be used.
+
+        Raises:
+            WorkspaceError: The path leaves the workspace, or names a private or (for
+                writing) protected file under any name.
+            ToolError: Missing, a directory, not a regular file, or hard-linked without
+                approval.
+        """
+        flags = (os.O_RDWR if write else os.O_RDONLY) | os.O_NONBLOCK
+        for _ in range(MAX_REOPEN_ATTEMPTS):
+            with self.locate(path) as found:
+                shown = self.relative(self._absolute(found.parts))
+                guard = self.guard()
+                self._refuse_private(path, found, guard)
+                if write:
+                    self._refuse_protected(path, found, guard)
+                if not found.exists:
+                    if not create:
+                        raise ToolError(f"{shown} does not exist")
+                    return self._create(found, shown)
+                assert found.stat is not None
+                if stat.S_ISDIR(found.stat.st_mode):
+                    hint = "" if write else "; use list_dir to see what it holds"
+                    raise ToolError(f"{shown} is a directory{hint}")
+                if not stat.S_ISREG(found.stat.st_mode):
+                    raise ToolError(f"{shown} is not a regular file (a FIFO, socket or device)")
+                try:
+                    fd = reopen(found, flags)
+                except OSError as exc:
+                    if _changed_meanwhile(exc):
+                        continue
+                    raise ToolError(f"{shown} cannot be opened: {exc.strerror}") from exc
+                opened = OpenedFile(
+                    fd=fd, stat=os.fstat(fd), path=self._absolute(found.parts), shown=shown
+                )
+                if identity(opened.stat) != identity(found.stat):
+                    # Replaced between the walk and the open: walk again rather than
+                    # trust checks made on another object.
+                    opened.close()
+                    continue
+                if opened.stat.st_nlink > 1 and not approved:
+                    opened.close()
+                    action = "changing" if write else "reading"
+                    raise ToolError(
+                        f"{shown} has {opened.stat.st_nlink} hard links, so it may be a file "
+                        f"from outside the workspace; {action} it needs a person's approval"
+                    )
+                return opened
+        raise ToolError(f"{path!r} kept changing while it was being opened; try again")
+
+    def _create(self, found: Walk, shown: str) -> OpenedFile:
+        make_dirs(found)
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(found.name, flags, 0o644, dir_fd=found.dir_fd)
+        except FileExistsError as exc:
+            raise ToolError(f"{shown} appeared while it was being created; try again") from exc
+        except OSError as exc:
+            raise ToolError(f"{shown} cannot be created: {exc.strerror}") from exc
+        return OpenedFile(
+            fd=fd, stat=os.fstat(fd), path=self._absolute(found.parts), shown=shown, created=True
+        )
+
+    def _absolute(self, parts: tuple[str, ...]) -> Path:
+        return self.root.joinpath(*parts)
+
+    def _refuse_private(self, path: str, found: Walk, guard: Guard) -> None:
+        if self.is_private(found, guard):
+            raise WorkspaceError(f"{path!r} is Baton's own database; no tool may use it")
+
+    def is_private(self, found: Walk, guard: Guard) -> bool:
+        """Whether the walked object is one of Baton's private files, under any name."""
+        if found.stat is not None and identity(found.stat) in guard.private_ids:
+            return True
+        return self._absolute(found.parts) in self.private_files
+
+    def _refuse_protected(self, path: str, found: Walk, guard: Guard) -> None:
+        if self._is_protected_walk(found, guard):
+            raise WorkspaceError(
+                f"{path!r} is protected: Baton's configuration and {PROTECTED_DIR}/ "
+                "cannot be written by any tool"
+            )
+
+    def _is_protected_walk(self, found: Walk, guard: Guard) -> bool:
+        if found.parts[:1] == (PROTECTED_DIR,):
+            return True
+        if self._absolute(found.parts) in self.protected_files:
+            return True
+        if any(dir_id in guard.protected_dir_ids for dir_id in found.dir_ids):
+            return True
+        st = found.stat
+        if st is None:
+            return False
+        ident = identity(st)
+        if ident in guard.protected_ids or ident in guard.protected_dir_ids:
+            return True
+        return stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and self._in_protected_dir(ident)
+
+    def _in_protected_dir(self, ident: Identity) -> bool:
+        """Whether a hard-linked file is also a file under `.baton/` (an alias of it)."""
+        seen = 0
+        try:
+            walker = os.fwalk(self.protected_dir, follow_symlinks=False)
+            for _, _, files, dir_fd in walker:
+                for name in files:
+                    seen += 1
+                    if seen > MAX_PROTECTED_SCAN:
+                        return True
+                    try:
+                        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if identity(st) == ident:
+                        return True
+        except OSError:
+            return False
+        return False
+
+
+def _identities(paths: Iterable[Path], *, lstat_too: bool = False) -> frozenset[Identity]:
+    found: set[Identity] = set()
+    for path in paths:
+        for follow in (True, False) if lstat_too else (True,):
+            try:
+                found.add(identity(os.stat(path, follow_symlinks=follow)))
+            except OSError:
+                continue
+    return frozenset(found)
+
+
+def _changed_meanwhile(exc: OSError) -> bool:
+    return exc.errno in (errno.ELOOP, errno.ENOENT)
