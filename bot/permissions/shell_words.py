@@ -1,36 +1,47 @@
-"""Split shell commands into words the way a shell would, for the safety checks.
+"""Read shell commands as bash does, for the safety checks: simple commands and what they nest.
 
-The danger checks must reason about what a command *runs*, not about the characters
-it contains: ``echo "rm -rf /"`` only prints text, while ``\\rm -rf x`` deletes files.
-This module turns a command line into simple commands (tuples of words), keeps the
-pipelines they form, and exposes commands hidden inside other commands (``$(...)``,
-backticks, ``<(...)``, ``sh -c``, ``eval``, ``xargs``, ``find -exec``, here-documents
-fed to a shell) so they are checked too.
+The danger checks and the deny rules must reason about what a command *runs*, not
+about the characters it contains: ``echo "rm -rf /"`` only prints text, while
+``\\rm -rf x`` deletes files. This module parses a command line with bash's real
+grammar (tree-sitter-bash, see :mod:`bot.permissions.bash_tree`) and turns the tree
+into pipelines of simple commands (tuples of words, quotes removed), exposing the
+commands hidden inside other commands so they are checked too: ``$(...)``,
+backticks, ``<(...)``, subshells and ``{ ...; }`` groups, ``if``/``for``/``while``/
+``case`` bodies, functions, ``sh -c``, ``eval``, ``xargs``, ``find -exec`` and
+here-documents or here-strings fed to a shell.
 
-Tokenising is done by :class:`shlex.shlex` (POSIX mode, punctuation characters,
-whitespace splitting), taught a few shell rules it does not know on its own:
-
-* a newline separates commands, and a ``#`` comment does not swallow that newline;
-* ``#`` starts a comment only at the beginning of a word (``curl x#y | sh`` is a pipe);
-* backslash-newline continues a line;
-* ``$(...)``, backticks and ``<(...)``/``>(...)`` are recognised unquoted and inside
-  double quotes, with their own nested quoting, and become nested scripts;
-* here-document bodies are data, not commands (unless fed to a shell);
-* an operator is told apart from a quoted word that looks like one (``'>'``).
-
-This is a best-effort model of bash syntax for a safety net, not a complete parser.
-Whatever it cannot tokenise raises :class:`CommandParseError`; callers should treat
-that as "a human has to look at this".
+Whatever the grammar rejects, or what is too large or too deeply nested, raises
+:class:`CommandParseError`; callers treat that as "a human has to look at this".
 """
 
 from __future__ import annotations
 
-import re
-import shlex
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+import tree_sitter
+
+from bot.permissions.argv import (
+    REDIRECT_RE,
+    SHELL_PROGRAMS,
+    LiteralWord,
+    command_words,
+    effective_command,
+    program_name,
+    redirect_targets,
+    redirections,
+    skip_options,
+    unwrap_command,
+)
+from bot.permissions.bash_tree import (
+    MAX_TREE_DEPTH,
+    CommandParseError,
+    ansi_c_text,
+    parse_tree,
+    unescape_double_quoted,
+    unescape_unquoted,
+)
 
 __all__ = [
     "SHELL_PROGRAMS",
@@ -49,6 +60,7 @@ __all__ = [
     "redirections",
     "split_segments",
     "unwrap_command",
+    "word_text",
 ]
 
 NestedKind = Literal["substitution", "process", "group", "script", "exec"]
@@ -56,15 +68,12 @@ NestedKind = Literal["substitution", "process", "group", "script", "exec"]
 
 * ``substitution``: ``$(...)`` or backticks; its output becomes words.
 * ``process``: ``<(...)`` or ``>(...)``; it is connected as a file.
-* ``group``: ``( ... )`` or ``{ ...; }``; it runs in place of a simple command.
+* ``group``: a subshell, ``{ ...; }``, ``if``/``for``/``while``/``case``, a function
+  body; it runs in place of a simple command.
 * ``script``: text run as shell code (``sh -c``, ``eval``, a here-document or
   here-string given to a shell).
 * ``exec``: a command run by another program (``xargs CMD``, ``find -exec CMD``).
 """
-
-
-class CommandParseError(ValueError):
-    """Raised when a command line cannot be split into shell words."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,10 +81,11 @@ class SimpleCommand:
     """One simple command: its words, redirections included, and what it contains.
 
     Attributes:
-        words: The words in order. Redirection operators stay in place as words (a
-            file-descriptor number is glued to its operator, so ``2>/dev/null`` is
-            ``"2>", "/dev/null"``). Substitutions appear as their source text, e.g.
-            ``"$(curl -s x)"``. Empty for a ``( ... )`` or ``{ ...; }`` group.
+        words: The words in order, quotes removed. Redirection operators stay in place
+            as words (a file-descriptor number is glued to its operator, so
+            ``2>/dev/null`` is ``"2>", "/dev/null"``). Substitutions and expansions
+            appear as their source text, e.g. ``"$(curl -s x)"``. Only redirections
+            for a group (``( ... ) > out``).
         nested: Scripts found inside this command, in the order they were found.
     """
 
@@ -103,59 +113,25 @@ class Script:
 
 
 # --------------------------------------------------------------------------------------
-# Limits. A command is lexed again for each level it is nested in, so both the nesting
-# depth and the total amount of text lexed are bounded; exceeding either is treated as
-# unparsable rather than silently skipped.
+# Limits. Text run by a shell (`sh -c`, `eval`) is parsed again for each level it is
+# nested in, so both the nesting depth and the total amount of text parsed are
+# bounded; exceeding either is treated as unparsable rather than silently skipped.
 
-_MAX_DEPTH = 12
-_BUDGET_PER_CHAR = 40
+_MAX_NESTING = 12
+_BUDGET_PER_CHAR = 8
 _MIN_BUDGET = 20_000
 
-# shlex groups runs of these characters into one token; `_split_operators` cuts it up.
-_PUNCTUATION = "();<>|&\n"
-_OPERATORS = tuple(
-    sorted(
-        ("&>>", ";;&", "<<<", "&&", "||", ";;", ";&", "|&", ">>", "<<", "<>", ">|", ">&",
-         "<&", "&>", ";", "&", "|", "(", ")", "<", ">", "\n"),
-        key=len,
-        reverse=True,
-    )
+_STATEMENT_CONTAINERS = frozenset({"do_group", "else_clause", "elif_clause", "case_item"})
+_COMPOUND_STATEMENTS = frozenset(
+    {"subshell", "compound_statement", "if_statement", "while_statement", "for_statement",
+     "c_style_for_statement", "case_statement", "function_definition"}
 )  # fmt: skip
-_PIPE_OPERATORS = frozenset({"|", "|&"})
-_REDIRECT_RE = re.compile(r"(\d*)(&>>|&>|>>|>\||>&|<<<|<<-|<<|<>|<&|>|<)")
-_HEREDOC_OPERATORS = frozenset({"<<", "<<-"})
-_FD_DUPLICATIONS = frozenset({">&", "<&"})
-
-# The stream replaces each substitution with a marker made of these private-use
-# characters, which shlex then carries through as ordinary word characters.
-_MARK_OPEN = "\ue000"
-_MARK_CLOSE = "\ue001"
-_MARK_RE = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
-
-_UNQUOTED_STATES = frozenset({" ", "a", "c"})
-_RESERVED_WORDS = frozenset({"!", "if", "then", "elif", "else", "do", "while", "until"})
-SHELL_PROGRAMS = frozenset(
-    {"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "yash",
-     "posh", "rbash"}
-)  # fmt: skip
-"""Programs that run shell code: ``-c`` strings and here-documents given to them are parsed."""
-_ASSIGNMENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?\+?=")
-
-
-class _LiteralWord(str):
-    """A quoted word that looks like an operator (``'>'``): data, not a redirection."""
-
-    __slots__ = ()
+_REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 
 
 @dataclass(slots=True)
 class _Budget:
     remaining: int
-
-    def enter(self, depth: int) -> None:
-        if depth > _MAX_DEPTH:
-            raise CommandParseError("commands are nested too deeply to check")
-        self.spend(1)
 
     def spend(self, amount: int) -> None:
         self.remaining -= amount
@@ -164,431 +140,329 @@ class _Budget:
 
 
 @dataclass(slots=True)
-class _Heredoc:
-    delimiter: str
-    strip_tabs: bool
-    quoted: bool
-    body: str = ""
+class _Command:
+    """A simple command being built."""
+
+    words: list[str] = field(default_factory=list)
+    nested: list[NestedScript] = field(default_factory=list)
+    heredocs: list[str] = field(default_factory=list)  # bodies, to parse if a shell reads them
+    tail: list[tuple[SimpleCommand, ...]] = field(default_factory=list)
+    tail_piped: bool = False
 
 
-@dataclass(slots=True)
-class _Token:
-    text: str
-    is_op: bool
-    quoted: bool
-    # True when the next token starts right after this one, with no blank between.
-    glued: bool
-    heredoc: _Heredoc | None = None
+def _text(source: bytes, node: tree_sitter.Node) -> str:
+    return source[node.start_byte : node.end_byte].decode("utf-8", "replace")
 
 
-# --------------------------------------------------------------------------------------
-# Lexing
+def word_text(source: bytes, node: tree_sitter.Node) -> str:
+    """A word as bash would pass it after quote removal, expansions left as written.
 
+    ``"a $(b)"`` gives ``a $(b)``, ``\\rm`` gives ``rm``, ``$'\\x72m'`` gives ``rm``,
+    ``~/x`` and ``$HOME`` stay as they are.
 
-class _Stream:
-    """The character source shlex reads from, applying the shell rules shlex lacks.
+    Args:
+        source: The bytes the node indexes.
+        node: A word-like node (word, string, raw_string, concatenation, ...).
 
-    It looks at the lexer's state before handing out each character, so it knows
-    whether that character is quoted.
+    Returns:
+        The word's text.
     """
+    kind = node.type
+    if kind == "word":
+        return unescape_unquoted(_text(source, node))
+    if kind == "raw_string":
+        return _text(source, node)[1:-1]
+    if kind == "ansi_c_string":
+        return ansi_c_text(_text(source, node)[2:-1])
+    if kind == "string":
+        return _string_text(source, node)
+    if kind == "concatenation":
+        return "".join(word_text(source, child) for child in node.children)
+    if kind == "translated_string":
+        return _text(source, node)[1:].strip('"')
+    return _text(source, node)
 
-    def __init__(self, text: str, start: int, lexer: _Lexer, budget: _Budget, depth: int) -> None:
-        self._text = text
-        self._pos = start
-        self._lexer = lexer
+
+def _string_text(source: bytes, node: tree_sitter.Node) -> str:
+    out: list[str] = []
+    position = node.start_byte + 1
+    for child in node.named_children:
+        out.append(unescape_double_quoted(source[position : child.start_byte].decode("utf-8")))
+        piece = _text(source, child)
+        out.append(unescape_double_quoted(piece) if child.type == "string_content" else piece)
+        position = child.end_byte
+    out.append(unescape_double_quoted(source[position : node.end_byte - 1].decode("utf-8")))
+    return "".join(out)
+
+
+class _Builder:
+    """Turns one tree-sitter tree into a :class:`Script`."""
+
+    def __init__(self, source: bytes, budget: _Budget, level: int) -> None:
+        self._source = source
         self._budget = budget
-        self._depth = depth
-        self._queued: deque[str] = deque()
-        self._line_ended = False
-        self.pending_heredocs: list[_Heredoc] = []
-        # Where each unquoted ")" the lexer has read sits in the text, so the end of a
-        # `$(` can be located once the parser knows which ")" closes it.
-        self.close_positions: list[int] = []
-        self.substitutions: list[tuple[str, str]] = []
+        self._level = level
 
-    def read(self, size: int = 1) -> str:
-        """Return the next character (shlex only ever asks for one)."""
-        del size
-        if self._queued:
-            return self._queued.popleft()
-        state = self._lexer.state
-        if self._line_ended:
-            self._line_ended = False
-            if self.pending_heredocs:
-                self._read_heredoc_bodies()
-        text = self._text
-        if state not in ("'", "\\"):
-            while text.startswith("\\\n", self._pos):
-                self._pos += 2
-        if self._pos >= len(text):
-            return ""
+    def script(self, node: tree_sitter.Node) -> Script:
+        return Script(pipelines=tuple(self._statements(node.named_children, 1)))
+
+    def _statements(
+        self, nodes: Sequence[tree_sitter.Node], depth: int
+    ) -> list[tuple[SimpleCommand, ...]]:
+        found: list[tuple[SimpleCommand, ...]] = []
+        for node in nodes:
+            found += self._pipelines(node, depth)
+        return found
+
+    def _pipelines(self, node: tree_sitter.Node, depth: int) -> list[tuple[SimpleCommand, ...]]:
+        """The pipelines one statement node stands for."""
+        if depth > MAX_TREE_DEPTH:
+            raise CommandParseError("commands are nested too deeply to check")
         self._budget.spend(1)
-        pos = self._pos
-        char = text[pos]
-        unquoted = state in _UNQUOTED_STATES
-        if unquoted or state == '"':
-            if text.startswith("$(", pos):
-                return self._substitute("$(", pos + 2, separate=False)
-            if char == "`":
-                end = _backtick_end(text, pos + 1)
-                return self._emit("`", text[pos + 1 : end].replace("\\`", "`"), end, False)
-        if unquoted and text.startswith(("<(", ">("), pos):
-            # A process substitution is a word of its own even when glued to the
-            # previous one (`cmd<(x)`), so it is preceded by a blank.
-            return self._substitute(text[pos : pos + 2], pos + 2, separate=state != " ")
-        if unquoted:
-            if char == "\n":
-                self._line_ended = True
-            elif char == ")":
-                self.close_positions.append(pos)
-        self._pos = pos + 1
-        return char
+        kind = node.type
+        if kind == "comment":
+            return []
+        if kind == "list":
+            return self._statements(_flatten_list(node), depth + 1)
+        if kind == "negated_command":
+            return self._statements(node.named_children, depth + 1)
+        if kind == "pipeline":
+            return self._pipeline(node, depth)
+        if kind == "redirected_statement":
+            return self._redirected(node, depth)
+        if kind == "command":
+            command = _Command()
+            self._command(node, command, depth + 1)
+            return self._finish(command)
+        if kind in _COMPOUND_STATEMENTS:
+            return [(self._group(node, depth + 1),)]
+        if kind in ("test_command", "declaration_command", "unset_command",
+                    "variable_assignment", "variable_assignments"):  # fmt: skip
+            command = _Command()
+            self._flat_words(node, command, depth + 1)
+            return self._finish(command)
+        raise CommandParseError(f"the checker does not model bash's {kind.replace('_', ' ')}")
 
-    def readline(self) -> str:
-        """Skip a comment, leaving its newline so that it still ends the command."""
-        end = self._text.find("\n", self._pos)
-        if end == -1:
-            end = len(self._text)
-        line = self._text[self._pos : end]
-        self._pos = end
-        return line
+    def _pipeline(self, node: tree_sitter.Node, depth: int) -> list[tuple[SimpleCommand, ...]]:
+        stages: list[SimpleCommand] = []
+        after: list[tuple[SimpleCommand, ...]] = []
+        for child in node.named_children:
+            found = self._pipelines(child, depth + 1)
+            if found:
+                stages += found[0]
+                after += found[1:]
+        return [tuple(stages), *after] if stages else after
 
-    def _substitute(self, kind: str, start: int, *, separate: bool) -> str:
-        end = _find_close(self._text, start, self._budget, self._depth + 1)
-        return self._emit(kind, self._text[start:end], end, separate)
-
-    def _emit(self, kind: str, inner: str, end: int, separate: bool) -> str:
-        self.substitutions.append((kind, inner))
-        self._pos = end + 1
-        marker = f"{_MARK_OPEN}{len(self.substitutions) - 1}{_MARK_CLOSE}"
-        if separate:
-            marker = " " + marker
-        self._queued.extend(marker[1:])
-        return marker[0]
-
-    def _read_heredoc_bodies(self) -> None:
-        text = self._text
-        for heredoc in self.pending_heredocs:
-            lines: list[str] = []
-            while self._pos < len(text):
-                end = text.find("\n", self._pos)
-                if end == -1:
-                    end = len(text)
-                line = text[self._pos : end]
-                self._budget.spend(len(line) + 1)
-                self._pos = min(end + 1, len(text))
-                if (line.lstrip("\t") if heredoc.strip_tabs else line) == heredoc.delimiter:
-                    break
-                lines.append(line)
-            heredoc.body = "\n".join(lines)
-        self.pending_heredocs.clear()
-
-
-class _Lexer(shlex.shlex):
-    """shlex in POSIX mode that also reports whether a token was an operator or quoted."""
-
-    def __init__(self, text: str, budget: _Budget, depth: int, start: int = 0) -> None:
-        budget.enter(depth)
-        self._state_value: str | None = None
-        self._is_op = False
-        self._quoted = False
-        self._stream = _Stream(text, start, self, budget, depth)
-        super().__init__(self._stream, posix=True, punctuation_chars=_PUNCTUATION)
-        self.whitespace_split = True
-        # Newlines separate commands, so they are punctuation rather than blanks.
-        self.whitespace = " \t\r"
-
-    # shlex keeps its automaton state in `self.state`; watching the transitions is the
-    # only way to learn how a token was read. State "c" means punctuation (an operator),
-    # a quote character or "\\" means quoting or escaping.
-    @property  # type: ignore[override]
-    def state(self) -> str | None:
-        return self._state_value
-
-    @state.setter
-    def state(self, value: str | None) -> None:
-        if value == "c":
-            self._is_op = True
-        elif value in ("'", '"', "\\"):
-            self._quoted = True
-        self._state_value = value
-
-    # In the shell `#` opens a comment only at the start of a word; shlex would also
-    # honour it in the middle of one (`x#y`), hiding the rest of the line.
-    @property  # type: ignore[override]
-    def commenters(self) -> str:
-        return "" if self._state_value == "a" else "#"
-
-    @commenters.setter
-    def commenters(self, value: str) -> None:
-        del value
-
-    @property
-    def substitutions(self) -> list[tuple[str, str]]:
-        return self._stream.substitutions
-
-    def run(self, *, stop_at_close: bool = False) -> tuple[list[_Token], int]:
-        """Read all tokens, or up to the ``)`` that closes an already open ``(``.
-
-        Returns the tokens and, with ``stop_at_close``, the position of that ``)``.
-        """
-        tokens: list[_Token] = []
-        depth = 0
-        closes = 0
-        heredoc_op: _Token | None = None
-        while True:
-            self._is_op = False
-            self._quoted = False
-            try:
-                raw = self.get_token()
-            except CommandParseError:
-                raise
-            except ValueError as exc:
-                raise CommandParseError(f"cannot split the command into words: {exc}") from exc
-            if raw is None:
-                break
-            glued = bool(self._pushback_chars)
-            if self._is_op:
-                operators = _split_operators(raw)
-                for index, operator in enumerate(operators):
-                    if operator == "(":
-                        depth += 1
-                    elif operator == ")":
-                        if stop_at_close and depth == 0:
-                            return tokens, self._stream.close_positions[closes]
-                        closes += 1
-                        depth -= 1
-                    last = index == len(operators) - 1
-                    tokens.append(_Token(operator, is_op=True, quoted=False, glued=glued and last))
-                heredoc_op = tokens[-1] if operators[-1] == "<<" else None
-                continue
-            token = _Token(raw, is_op=False, quoted=self._quoted, glued=glued)
-            if heredoc_op is not None:
-                if raw == "-" and not token.quoted and heredoc_op.text == "<<":
-                    heredoc_op.text = "<<-"  # `<<- EOF`: the dash belongs to the operator
-                    continue
-                self._register_heredoc(heredoc_op, token)
-                heredoc_op = None
-            tokens.append(token)
-        if stop_at_close:
-            raise CommandParseError("a '$(' or '<(' substitution is never closed")
-        return tokens, -1
-
-    def _register_heredoc(self, operator: _Token, token: _Token) -> None:
-        if operator.text == "<<" and token.text.startswith("-"):
-            operator.text = "<<-"
-            token.text = token.text[1:]
-        heredoc = _Heredoc(
-            delimiter=token.text, strip_tabs=operator.text == "<<-", quoted=token.quoted
+    def _redirected(self, node: tree_sitter.Node, depth: int) -> list[tuple[SimpleCommand, ...]]:
+        body = [child for child in node.named_children if child.type not in _REDIRECTS]
+        redirects = _Command()
+        for child in node.named_children:
+            if child.type in _REDIRECTS:
+                self._redirect(child, redirects, depth + 1)
+        found = self._statements(body, depth + 1)
+        if not found:
+            return self._finish(redirects)
+        # bash binds a redirection to the last simple command (`a && b > out` writes b's
+        # output); tree-sitter hangs it on the whole list, so it is moved back here.
+        *pipes, last = found
+        *stages, final = last
+        derived = _derived_scripts(
+            (*final.words, *redirects.words), redirects.heredocs, self._budget, self._level
         )
-        token.heredoc = heredoc
-        self._stream.pending_heredocs.append(heredoc)
+        final = SimpleCommand(
+            words=(*final.words, *redirects.words),
+            nested=(*final.nested, *redirects.nested, *derived),
+        )
+        merged = [*pipes, (*stages, final)]
+        return self._with_tail(merged, redirects)
 
+    def _with_tail(
+        self, found: list[tuple[SimpleCommand, ...]], command: _Command
+    ) -> list[tuple[SimpleCommand, ...]]:
+        # What follows a here-document's delimiter on its line (`cat <<EOF | sh`) is
+        # parsed by tree-sitter inside the redirection; it belongs after the command.
+        if not command.tail:
+            return found
+        if command.tail_piped and found:
+            first, *rest = command.tail
+            return [*found[:-1], (*found[-1], *first), *rest]
+        return [*found, *command.tail]
 
-def _split_operators(raw: str) -> list[str]:
-    operators: list[str] = []
-    index = 0
-    while index < len(raw):
-        operator = next(op for op in _OPERATORS if raw.startswith(op, index))
-        operators.append(operator)
-        index += len(operator)
-    return operators
+    def _finish(self, command: _Command) -> list[tuple[SimpleCommand, ...]]:
+        if not command.words and not command.nested:
+            return self._with_tail([], command)
+        derived = _derived_scripts(command.words, command.heredocs, self._budget, self._level)
+        built = SimpleCommand(words=tuple(command.words), nested=(*command.nested, *derived))
+        return self._with_tail([(built,)], command)
 
+    def _command(self, node: tree_sitter.Node, command: _Command, depth: int) -> None:
+        children = node.children
+        for index, child in enumerate(children):
+            kind = child.type
+            if kind in _REDIRECTS:
+                self._redirect(child, command, depth + 1)
+            elif kind == "command_name":
+                for inner in child.named_children:
+                    self._word(inner, command, depth + 1)
+            elif kind == "$" and not child.is_named:
+                # `$"..."`: a translated string, the same text in the C locale.
+                following = children[index + 1] if index + 1 < len(children) else None
+                if following is None or following.start_byte != child.end_byte:
+                    command.words.append("$")
+            elif child.is_named and kind != "comment":
+                self._word(child, command, depth + 1)
 
-def _find_close(text: str, start: int, budget: _Budget, depth: int) -> int:
-    """Position in ``text`` of the ``)`` closing a ``$(`` or ``<(`` opened before ``start``."""
-    _, position = _Lexer(text, budget, depth, start).run(stop_at_close=True)
-    return position
+    def _word(self, node: tree_sitter.Node, command: _Command, depth: int) -> None:
+        text = self._assignment_text(node) if node.type == "variable_assignment" else None
+        if text is None:
+            text = word_text(self._source, node)
+        if REDIRECT_RE.fullmatch(text):
+            text = LiteralWord(text)
+        command.words.append(text)
+        command.nested += self._substitutions(node, depth + 1)
 
+    def _assignment_text(self, node: tree_sitter.Node) -> str:
+        value = node.child_by_field_name("value")
+        if value is None:
+            return _text(self._source, node)
+        head = self._source[node.start_byte : value.start_byte].decode("utf-8")
+        return head + word_text(self._source, value)
 
-def _backtick_end(text: str, start: int) -> int:
-    index = start
-    while index < len(text):
-        char = text[index]
-        if char == "\\":
-            index += 2
-            continue
-        if char == "`":
-            return index
-        index += 1
-    raise CommandParseError("a backtick command substitution is never closed")
+    def _flat_words(self, node: tree_sitter.Node, command: _Command, depth: int) -> None:
+        """Words of a test, declaration or assignment: its leaves, in order."""
+        if depth > MAX_TREE_DEPTH:
+            raise CommandParseError("commands are nested too deeply to check")
+        if node.type in _REDIRECTS:
+            self._redirect(node, command, depth + 1)
+            return
+        if node.type in ("variable_assignment", "test_operator") or not node.children or (
+            node.type in ("word", "string", "raw_string", "concatenation", "number",
+                          "simple_expansion", "expansion", "command_substitution",
+                          "process_substitution", "arithmetic_expansion", "ansi_c_string")
+        ):  # fmt: skip
+            self._word(node, command, depth + 1)
+            return
+        for child in node.children:
+            self._flat_words(child, command, depth + 1)
 
-
-def _expansions_in_text(text: str, budget: _Budget, depth: int) -> list[tuple[str, str]]:
-    """The ``$(...)`` and backtick substitutions of an unquoted here-document body."""
-    found: list[tuple[str, str]] = []
-    index = 0
-    while index < len(text):
-        if text[index] == "\\":
-            index += 2
-        elif text.startswith("$(", index):
-            end = _find_close(text, index + 2, budget, depth + 1)
-            found.append(("$(", text[index + 2 : end]))
-            index = end + 1
-        elif text[index] == "`":
-            end = _backtick_end(text, index + 1)
-            found.append(("`", text[index + 1 : end].replace("\\`", "`")))
-            index = end + 1
+    def _redirect(self, node: tree_sitter.Node, command: _Command, depth: int) -> None:
+        descriptor = ""
+        operator = ""
+        targets: list[tree_sitter.Node] = []
+        for child in node.children:
+            if child.type == "file_descriptor":
+                descriptor = _text(self._source, child)
+            elif not child.is_named and not operator:
+                operator = child.type
+            elif child.type in ("heredoc_start", "heredoc_body", "heredoc_end"):
+                continue
+            elif child.is_named and child.type not in _STATEMENT_LIKE:
+                targets.append(child)
+        if node.type == "heredoc_redirect":
+            self._heredoc(node, command, descriptor + operator, depth)
+            return
+        command.words.append(descriptor + operator)
+        if targets:
+            self._word(targets[0], command, depth + 1)
+            for extra in targets[1:]:  # `echo x > out y`: y is an argument of echo
+                self._word(extra, command, depth + 1)
         else:
-            index += 1
+            after = self._source[node.start_byte : node.end_byte].decode("utf-8")
+            command.words.append(after.split(operator, 1)[-1].strip())
+
+    def _heredoc(
+        self, node: tree_sitter.Node, command: _Command, operator: str, depth: int
+    ) -> None:
+        delimiter = ""
+        for child in node.named_children:
+            if child.type == "heredoc_start":
+                delimiter = unescape_unquoted(_text(self._source, child)).replace("'", "")
+                delimiter = delimiter.replace('"', "")
+                command.words += [operator, delimiter]
+            elif child.type == "heredoc_body":
+                body = _text(self._source, child)
+                if operator.endswith("<<-"):
+                    body = "\n".join(line.lstrip("\t") for line in body.split("\n"))
+                command.heredocs.append(body)
+                command.nested += self._substitutions(child, depth + 1)
+            elif child.type in _STATEMENT_LIKE:
+                piped = child.type == "pipeline" and child.children[0].type in ("|", "|&")
+                if not command.tail:
+                    command.tail_piped = piped
+                command.tail += self._pipelines(child, depth + 1)
+
+    def _group(self, node: tree_sitter.Node, depth: int) -> SimpleCommand:
+        inner: list[tuple[SimpleCommand, ...]] = []
+        nested: list[NestedScript] = []
+        self._collect_group(node, inner, nested, depth)
+        group = NestedScript(kind="group", script=Script(pipelines=tuple(inner)))
+        return SimpleCommand(words=(), nested=(*nested, group))
+
+    def _collect_group(
+        self,
+        node: tree_sitter.Node,
+        inner: list[tuple[SimpleCommand, ...]],
+        nested: list[NestedScript],
+        depth: int,
+    ) -> None:
+        if depth > MAX_TREE_DEPTH:
+            raise CommandParseError("commands are nested too deeply to check")
+        for child in node.named_children:
+            kind = child.type
+            if kind in _STATEMENT_CONTAINERS or (
+                kind == "compound_statement" and node.type == "function_definition"
+            ):
+                self._collect_group(child, inner, nested, depth + 1)
+            elif kind in _STATEMENT_LIKE:
+                inner += self._pipelines(child, depth + 1)
+            else:  # `for x in $(...)`, `case $(...) in`: words that may hold commands
+                nested += self._substitutions(child, depth + 1)
+
+    def _substitutions(self, node: tree_sitter.Node, depth: int) -> list[NestedScript]:
+        """Command and process substitutions inside a word, as nested scripts."""
+        if depth > MAX_TREE_DEPTH:
+            raise CommandParseError("commands are nested too deeply to check")
+        kind = node.type
+        if kind in ("command_substitution", "process_substitution"):
+            if self._level + 1 > _MAX_NESTING:
+                raise CommandParseError("commands are nested too deeply to check")
+            inner = _Builder(self._source, self._budget, self._level + 1)
+            script = Script(pipelines=tuple(inner._statements(node.named_children, depth + 1)))
+            how: NestedKind = "substitution" if kind == "command_substitution" else "process"
+            return [NestedScript(kind=how, script=script)]
+        found: list[NestedScript] = []
+        for child in node.named_children:
+            found += self._substitutions(child, depth + 1)
+        return found
+
+
+def _flatten_list(node: tree_sitter.Node) -> list[tree_sitter.Node]:
+    """The statements of `a && b || c ...`, which tree-sitter nests leftwards, one per level."""
+    found: list[tree_sitter.Node] = []
+    while node.type == "list":
+        children = node.named_children
+        found[:0] = [child for child in children[1:] if child.type != "comment"]
+        if not children:
+            break
+        node = children[0]
+    if node.type != "list":
+        found.insert(0, node)
     return found
 
 
-# --------------------------------------------------------------------------------------
-# Parsing tokens into pipelines of simple commands
+_STATEMENT_LIKE = frozenset(
+    {"command", "list", "pipeline", "redirected_statement", "negated_command", "test_command",
+     "declaration_command", "unset_command", "variable_assignment", "variable_assignments",
+     *_COMPOUND_STATEMENTS}
+)  # fmt: skip
 
 
-@dataclass(slots=True)
-class _CommandBuilder:
-    words: list[str] = field(default_factory=list)
-    nested: list[NestedScript] = field(default_factory=list)
-    heredocs: list[_Heredoc] = field(default_factory=list)
-    last_token: _Token | None = None
-
-    @property
-    def empty(self) -> bool:
-        return not self.words and not self.nested
-
-    def accepts_group(self) -> bool:
-        """Whether a ``{`` here opens a group rather than being an ordinary word."""
-        if not self.words:
-            return True
-        if self.words[0] == "function":
-            return True
-        return all(word in _RESERVED_WORDS for word in self.words)
-
-
-@dataclass(slots=True)
-class _ListBuilder:
-    pipelines: list[tuple[SimpleCommand, ...]] = field(default_factory=list)
-    stages: list[SimpleCommand] = field(default_factory=list)
-    current: _CommandBuilder = field(default_factory=_CommandBuilder)
-
-
-class _Parser:
-    def __init__(
-        self,
-        tokens: list[_Token],
-        substitutions: list[tuple[str, str]],
-        budget: _Budget,
-        depth: int,
-    ) -> None:
-        self._tokens = tokens
-        self._substitutions = substitutions
-        self._budget = budget
-        self._depth = depth
-        self._index = 0
-        self._groups = 0  # how many ( ) or { } groups the parser is inside
-
-    def parse(self) -> Script:
-        return self._parse_list(closer=None)
-
-    def _parse_list(self, closer: str | None) -> Script:
-        built = _ListBuilder()
-        while self._index < len(self._tokens):
-            token = self._tokens[self._index]
-            self._index += 1
-            if token.is_op:
-                operator = token.text
-                if operator in _PIPE_OPERATORS:
-                    self._finish_command(built)
-                elif operator == "(":
-                    self._open_group(built, ")")
-                elif operator == ")":
-                    if closer == ")":
-                        return self._finish(built)
-                    self._finish_pipeline(built)  # e.g. the end of a `case` pattern
-                elif _REDIRECT_RE.fullmatch(operator):
-                    self._add_redirect(built.current, operator)
-                else:
-                    self._finish_pipeline(built)
-                continue
-            bare = not token.quoted
-            if bare and token.text == "{" and built.current.accepts_group():
-                self._open_group(built, "}")
-            elif bare and token.text == "}" and not built.current.words:
-                if closer == "}":
-                    return self._finish(built)
-                self._finish_pipeline(built)
-            else:
-                self._add_word(built.current, token)
-        if closer is not None:
-            raise CommandParseError(f"a group is never closed with {closer!r}")
-        return self._finish(built)
-
-    def _open_group(self, built: _ListBuilder, closer: str) -> None:
-        if not built.current.empty:
-            # `f() {`, `a=(1 2)`, `then (` ...: what precedes is not piped into the group.
-            self._finish_pipeline(built)
-        self._groups += 1
-        if self._depth + self._groups > _MAX_DEPTH:
-            raise CommandParseError("commands are nested too deeply to check")
-        inner = self._parse_list(closer)
-        self._groups -= 1
-        built.current.nested.append(NestedScript(kind="group", script=inner))
-
-    def _add_redirect(self, current: _CommandBuilder, operator: str) -> None:
-        previous = current.last_token
-        if (
-            previous is not None
-            and not previous.is_op
-            and not previous.quoted
-            and previous.glued
-            and previous.text.isdigit()
-            and current.words
-            and current.words[-1] == previous.text
-        ):
-            operator = current.words.pop() + operator
-        current.words.append(operator)
-        current.last_token = _Token(operator, is_op=True, quoted=False, glued=False)
-
-    def _add_word(self, current: _CommandBuilder, token: _Token) -> None:
-        text = _MARK_RE.sub(lambda match: self._expand(current, int(match.group(1))), token.text)
-        if token.quoted and _REDIRECT_RE.fullmatch(text):
-            text = _LiteralWord(text)
-        current.words.append(text)
-        current.last_token = token
-        heredoc = token.heredoc
-        if heredoc is not None:
-            current.heredocs.append(heredoc)
-            if not heredoc.quoted:
-                for _kind, inner in _expansions_in_text(heredoc.body, self._budget, self._depth):
-                    current.nested.append(self._nested("substitution", inner))
-
-    def _expand(self, current: _CommandBuilder, index: int) -> str:
-        kind, inner = self._substitutions[index]
-        nested_kind: NestedKind = "substitution" if kind in ("$(", "`") else "process"
-        current.nested.append(self._nested(nested_kind, inner))
-        return f"`{inner}`" if kind == "`" else f"{kind}{inner})"
-
-    def _nested(self, kind: NestedKind, text: str) -> NestedScript:
-        return NestedScript(kind=kind, script=_parse(text, self._budget, self._depth + 1))
-
-    def _finish_command(self, built: _ListBuilder) -> None:
-        current = built.current
-        if current.empty:
-            return
-        derived = _derived_scripts(current.words, current.heredocs, self._budget, self._depth)
-        built.stages.append(
-            SimpleCommand(words=tuple(current.words), nested=(*current.nested, *derived))
-        )
-        built.current = _CommandBuilder()
-
-    def _finish_pipeline(self, built: _ListBuilder) -> None:
-        self._finish_command(built)
-        if built.stages:
-            built.pipelines.append(tuple(built.stages))
-            built.stages = []
-
-    def _finish(self, built: _ListBuilder) -> Script:
-        self._finish_pipeline(built)
-        return Script(pipelines=tuple(built.pipelines))
-
-
-def _parse(text: str, budget: _Budget, depth: int) -> Script:
-    lexer = _Lexer(text, budget, depth)
-    tokens, _ = lexer.run()
-    return _Parser(tokens, lexer.substitutions, budget, depth).parse()
+def _parse(text: str, budget: _Budget, level: int) -> Script:
+    if level > _MAX_NESTING:
+        raise CommandParseError("commands are nested too deeply to check")
+    budget.spend(len(text) + 1)
+    root, source = parse_tree(text)
+    return _Builder(source, budget, level).script(root)
 
 
 # --------------------------------------------------------------------------------------
@@ -596,7 +470,7 @@ def _parse(text: str, budget: _Budget, depth: int) -> Script:
 
 
 def _derived_scripts(
-    words: Sequence[str], heredocs: Sequence[_Heredoc], budget: _Budget, depth: int
+    words: Sequence[str], heredocs: Sequence[str], budget: _Budget, level: int
 ) -> list[NestedScript]:
     """Scripts a command runs from its arguments: ``sh -c``, ``eval``, ``xargs``..."""
     _, command = unwrap_command(words)
@@ -605,11 +479,13 @@ def _derived_scripts(
     program, args = command[0], command[1:]
 
     def script(text: str) -> NestedScript:
-        return NestedScript(kind="script", script=_parse(text, budget, depth + 1))
+        return NestedScript(kind="script", script=_parse(text, budget, level + 1))
 
     def run(argv: Sequence[str]) -> NestedScript:
-        budget.enter(depth + 1)
-        nested = _derived_scripts(argv, (), budget, depth + 1)
+        if level + 1 > _MAX_NESTING:
+            raise CommandParseError("commands are nested too deeply to check")
+        budget.spend(1)
+        nested = _derived_scripts(argv, (), budget, level + 1)
         inner = SimpleCommand(words=tuple(argv), nested=tuple(nested))
         return NestedScript(kind="exec", script=Script(pipelines=((inner,),)))
 
@@ -617,7 +493,7 @@ def _derived_scripts(
         text = _shell_script_argument(args)
         if text is not None:
             return [script(text)]
-        found = [script(heredoc.body) for heredoc in heredocs]
+        found = [script(body) for body in heredocs]
         found += [script(target) for op, target in redirections(words) if op == "<<<"]
         return found
     if program == "su":
@@ -664,7 +540,7 @@ def _su_script_argument(args: Sequence[str]) -> str | None:
 
 
 def _xargs_command(args: Sequence[str]) -> tuple[str, ...]:
-    start = _skip_options(
+    start = skip_options(
         args,
         short="aEdILnPs",
         long=frozenset(
@@ -690,123 +566,6 @@ def _find_exec_commands(args: Sequence[str]) -> list[tuple[str, ...]]:
 
 
 # --------------------------------------------------------------------------------------
-# Wrappers: programs that run the rest of their arguments as a command
-
-_WrapperHandler = Callable[[tuple[str, ...]], tuple[str, ...] | None]
-
-
-def _skip_options(
-    args: Sequence[str], *, short: str = "", long: frozenset[str] = frozenset()
-) -> int:
-    """Index of the first operand, skipping options and the values they take.
-
-    Args:
-        args: The arguments after the program name.
-        short: Short options that take a value (attached, ``-n5``, or the next word).
-        long: Long options that take the next word as value unless written ``--x=v``.
-
-    Returns:
-        The index of the first word that is not an option (or ``len(args)``).
-    """
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        if arg == "--":
-            return index + 1
-        if arg.startswith("--"):
-            index += 1
-            if "=" not in arg and arg in long:
-                index += 1
-        elif arg.startswith("-") and len(arg) > 1:
-            index += 1
-            for position, letter in enumerate(arg[1:], start=2):
-                if letter in short:
-                    if position == len(arg):
-                        index += 1
-                    break
-        else:
-            return index
-    return index
-
-
-def _after_options(
-    short: str = "", long: frozenset[str] = frozenset(), operands: int = 0
-) -> _WrapperHandler:
-    def handler(args: tuple[str, ...]) -> tuple[str, ...] | None:
-        start = _skip_options(args, short=short, long=long) + operands
-        return args[start:] if start < len(args) else None
-
-    return handler
-
-
-def _env_command(args: tuple[str, ...]) -> tuple[str, ...] | None:
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        if arg in ("-S", "--split-string") or arg.startswith(("-S", "--split-string=")):
-            if arg in ("-S", "--split-string"):
-                value = args[index + 1] if index + 1 < len(args) else ""
-                rest = args[index + 2 :]
-            else:
-                value = arg.split("=", 1)[1] if arg.startswith("--") else arg[2:]
-                rest = args[index + 1 :]
-            try:
-                split = tuple(shlex.split(value))
-            except ValueError as exc:
-                raise CommandParseError(f"cannot split 'env -S' string: {exc}") from exc
-            return (*split, *rest) or None
-        if arg == "--":
-            index += 1
-            break
-        if arg in ("-u", "-C", "--unset", "--chdir"):
-            index += 2
-        elif arg.startswith("-"):
-            index += 1  # includes `-` alone, an old spelling of -i
-        else:
-            break
-    while index < len(args) and _ASSIGNMENT_RE.match(args[index]):
-        index += 1
-    # `env FOO=1` alone prints the environment: then env itself is the program.
-    return args[index:] or None
-
-
-def _command_builtin(args: tuple[str, ...]) -> tuple[str, ...] | None:
-    start = _skip_options(args)
-    options = "".join(arg for arg in args[:start] if arg != "--")
-    if "v" in options or "V" in options:
-        return None  # `command -v rm` only looks the program up
-    return args[start:] or None
-
-
-_WRAPPERS: dict[str, _WrapperHandler] = {
-    "sudo": _after_options(
-        "ugpCDhrtTUR",
-        frozenset(
-            {"--user", "--group", "--prompt", "--close-from", "--chdir", "--role", "--type",
-             "--command-timeout", "--other-user", "--host", "--chroot"}
-        ),
-    ),
-    "doas": _after_options("uC"),
-    "pkexec": _after_options("", frozenset({"--user"})),
-    "run0": _after_options("uDg", frozenset({"--user", "--group", "--chdir"})),
-    "env": _env_command,
-    "nohup": _after_options(),
-    "time": _after_options("fo", frozenset({"--format", "--output"})),
-    "nice": _after_options("n", frozenset({"--adjustment"})),
-    "ionice": _after_options("cnpPu", frozenset({"--class", "--classdata"})),
-    "timeout": _after_options("sk", frozenset({"--signal", "--kill-after"}), operands=1),
-    "command": _command_builtin,
-    "exec": _after_options("a"),
-    "builtin": _after_options(),
-    "stdbuf": _after_options("ioe", frozenset({"--input", "--output", "--error"})),
-    "setsid": _after_options(),
-    "unbuffer": _after_options(),
-    "chronic": _after_options(),
-    "busybox": _after_options(),
-}  # fmt: skip
-
-
-# --------------------------------------------------------------------------------------
 # Public helpers
 
 
@@ -820,11 +579,9 @@ def parse_command(command: str) -> Script:
         The parsed script.
 
     Raises:
-        CommandParseError: The command cannot be tokenised (e.g. an unbalanced quote or
-            parenthesis), is nested too deeply, or is too large to analyse.
+        CommandParseError: bash's grammar rejects the command (e.g. an unbalanced quote
+            or parenthesis), or it is nested too deeply or too large to analyse.
     """
-    if _MARK_OPEN in command or _MARK_CLOSE in command:
-        raise CommandParseError("the command contains reserved characters U+E000/U+E001")
     budget = _Budget(max(_MIN_BUDGET, len(command) * _BUDGET_PER_CHAR))
     return _parse(command, budget, 0)
 
@@ -848,11 +605,10 @@ def iter_commands(script: Script) -> Iterator[SimpleCommand]:
 def split_segments(command: str) -> list[tuple[str, ...]]:
     """Split a command line into simple-command segments (tuples of shell words).
 
-    Segments are separated by ``;``, ``&&``, ``||``, ``|``, ``&``, newlines and
-    parentheses/braces. Redirections stay in their segment (see :func:`redirections`).
-    Commands nested in a segment (``$(...)``, backticks, ``<(...)``, ``sh -c`` and
-    ``bash -c`` strings, ``eval``, ``xargs CMD``, ``find -exec CMD ;``, here-documents
-    fed to a shell) follow it as segments of their own.
+    Commands nested in a segment (substitutions, groups, ``sh -c`` strings, ``eval``,
+    ``xargs CMD``, ``find -exec CMD ;``, here-documents fed to a shell) follow it as
+    segments of their own. Redirections stay in their segment (see
+    :func:`redirections`).
 
     Args:
         command: The command line.
@@ -861,7 +617,7 @@ def split_segments(command: str) -> list[tuple[str, ...]]:
         The non-empty segments, in order.
 
     Raises:
-        CommandParseError: The command cannot be tokenised.
+        CommandParseError: The command cannot be parsed.
 
     Example:
         >>> split_segments("ls 2>/dev/null && echo $(whoami)")
@@ -874,9 +630,7 @@ def pipelines(command: str) -> list[list[tuple[str, ...]]]:
     """Split a command line into pipelines, each a list of segments in pipe order.
 
     ``curl x | sh; ls`` gives ``[[('curl', 'x'), ('sh',)], [('ls',)]]``. Pipelines
-    nested in a segment follow the pipeline holding it. A ``( ... )`` or ``{ ...; }``
-    group is not a segment of its own; its commands appear as their own pipelines
-    (use :func:`parse_command` to see what a group is piped into).
+    nested in a segment follow the pipeline holding it.
 
     Args:
         command: The command line.
@@ -885,7 +639,7 @@ def pipelines(command: str) -> list[list[tuple[str, ...]]]:
         The pipelines with at least one segment.
 
     Raises:
-        CommandParseError: The command cannot be tokenised.
+        CommandParseError: The command cannot be parsed.
     """
     found: list[list[tuple[str, ...]]] = []
 
@@ -900,158 +654,3 @@ def pipelines(command: str) -> list[list[tuple[str, ...]]]:
 
     walk(parse_command(command))
     return found
-
-
-def redirections(segment: Sequence[str]) -> list[tuple[str, str]]:
-    """The redirections in a segment, as (operator, target) pairs.
-
-    The operator is given without its file-descriptor number (``2>`` becomes ``>``).
-    For here-documents (``<<``, ``<<-``) the target is the delimiter word; for ``<<<``
-    it is the string; for ``>&``/``<&`` it may be a descriptor number.
-
-    Args:
-        segment: Words of one segment, as returned by :func:`split_segments`.
-
-    Returns:
-        The redirections in order; a trailing operator with no target gets "".
-    """
-    found: list[tuple[str, str]] = []
-    index = 0
-    while index < len(segment):
-        operator = _redirect_operator(segment[index])
-        if operator is None:
-            index += 1
-            continue
-        target = segment[index + 1] if index + 1 < len(segment) else ""
-        found.append((operator, target))
-        index += 2
-    return found
-
-
-def redirect_targets(segment: Sequence[str]) -> list[str]:
-    """The files a segment redirects from or to.
-
-    Here-document delimiters, here-strings and descriptor duplications (``2>&1``)
-    are not files and are left out.
-
-    Args:
-        segment: Words of one segment, as returned by :func:`split_segments`.
-
-    Returns:
-        The file words after redirection operators, in order.
-
-    Example:
-        >>> redirect_targets(("sort", "<", "in.txt", "2>", "/dev/null", "2>&", "1"))
-        ['in.txt', '/dev/null']
-    """
-    targets: list[str] = []
-    for operator, target in redirections(segment):
-        if operator in _HEREDOC_OPERATORS or operator == "<<<" or not target:
-            continue
-        if operator in _FD_DUPLICATIONS and (target.rstrip("-").isdigit() or target == "-"):
-            continue
-        targets.append(target)
-    return targets
-
-
-def command_words(segment: Sequence[str]) -> tuple[str, ...]:
-    """A segment without its redirections (operators, descriptor numbers and targets).
-
-    Args:
-        segment: Words of one segment, as returned by :func:`split_segments`.
-
-    Returns:
-        The remaining words: variable assignments, the program and its arguments.
-
-    Example:
-        >>> command_words(("ls", "-l", "2>", "/dev/null", ">", "out"))
-        ('ls', '-l')
-    """
-    words: list[str] = []
-    index = 0
-    while index < len(segment):
-        if _redirect_operator(segment[index]) is not None:
-            index += 2
-            continue
-        words.append(segment[index])
-        index += 1
-    return tuple(words)
-
-
-def program_name(word: str) -> str:
-    """How a command word names its program: basename, without a leading backslash.
-
-    Args:
-        word: The first word of a command.
-
-    Returns:
-        ``rm`` for ``/usr/bin/rm`` or ``\\rm``; words holding a substitution are left
-        as they are.
-    """
-    name = word.lstrip("\\")
-    if "$(" in name or "`" in name:
-        return word
-    base = name.rsplit("/", 1)[-1]
-    return base or name or word
-
-
-def unwrap_command(words: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Separate the wrappers of a command from the program they run.
-
-    Leading variable assignments (``FOO=1``), reserved words (``if``, ``then``, ``do``,
-    ``!`` ...) and wrappers with their options are skipped: ``env``, ``sudo``,
-    ``doas``, ``pkexec``, ``nohup``, ``time``, ``nice``, ``ionice``, ``timeout``,
-    ``command``, ``exec``, ``builtin``, ``stdbuf``, ``setsid``, ``unbuffer``,
-    ``chronic`` and ``busybox``. A wrapper with nothing to run (bare ``env`` or
-    ``sudo -v``; ``command -v``, which only looks a name up) is itself the program.
-
-    Args:
-        words: A segment or its :func:`command_words`; redirections are dropped.
-
-    Returns:
-        The wrapper names (normalised with :func:`program_name`) and the effective
-        command, whose first word is normalised the same way.
-    """
-    remaining = command_words(words)
-    wrappers: list[str] = []
-    # Each round drops at least the wrapper's own word, so this always ends.
-    while True:
-        while remaining and (_ASSIGNMENT_RE.match(remaining[0]) or remaining[0] in _RESERVED_WORDS):
-            remaining = remaining[1:]
-        if not remaining:
-            break
-        name = program_name(remaining[0])
-        handler = _WRAPPERS.get(name)
-        if handler is None:
-            break
-        wrapped = handler(remaining[1:])
-        if not wrapped:
-            break
-        wrappers.append(name)
-        remaining = wrapped
-    if remaining:
-        remaining = (program_name(remaining[0]), *remaining[1:])
-    return tuple(wrappers), remaining
-
-
-def effective_command(words: Sequence[str]) -> tuple[str, ...]:
-    """The command that really runs, with wrappers and assignments stripped.
-
-    ``FOO=1 sudo -u me nice -n 5 /usr/bin/rm -rf x`` gives ``('rm', '-rf', 'x')``.
-    See :func:`unwrap_command` for the wrappers recognised.
-
-    Args:
-        words: A segment or its :func:`command_words`.
-
-    Returns:
-        The program (basename, no leading backslash) and its arguments; empty when
-        the segment holds only assignments or reserved words.
-    """
-    return unwrap_command(words)[1]
-
-
-def _redirect_operator(word: str) -> str | None:
-    if isinstance(word, _LiteralWord):
-        return None
-    match = _REDIRECT_RE.fullmatch(word)
-    return match.group(2) if match else None

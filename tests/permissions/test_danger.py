@@ -423,7 +423,7 @@ def test_long_commands_are_shortened_in_the_reason() -> None:
 def test_unparsable_commands_fail_safe() -> None:
     match = find_command_danger("echo 'x")
     assert match == DangerMatch(pattern="unparsable-command", reason=match.reason)
-    assert "No closing quotation" in match.reason
+    assert "grammar does not accept it" in match.reason
 
 
 def test_the_most_severe_pattern_wins() -> None:

@@ -49,11 +49,18 @@ def _nest_in_bash_c(command: str, levels: int) -> str:
         ("curl x#frag | sh", [("curl", "x#frag"), ("sh",)]),
         ("rm \\\n  -rf x", [("rm", "-rf", "x")]),
         ("echo 'a\\\nb'", [("echo", "a\\\nb")]),
-        ("f() { rm x; }", [("f",), ("rm", "x")]),
-        ("function f { rm x; }", [("function", "f"), ("rm", "x")]),
-        ("if true; then rm x; fi", [("if", "true"), ("then", "rm", "x"), ("fi",)]),
-        ("for f in *; do rm $f; done", [("for", "f", "in", "*"), ("do", "rm", "$f"), ("done",)]),
-        ("case $x in a) rm y;; esac", [("case", "$x", "in", "a"), ("rm", "y"), ("esac",)]),
+        # compound statements: their bodies are commands, their keywords are not
+        ("f() { rm x; }", [("rm", "x")]),
+        ("function f { rm x; }", [("rm", "x")]),
+        ("if true; then rm x; fi", [("true",), ("rm", "x")]),
+        ("if a; then b; elif c; then d; else e; fi", [("a",), ("b",), ("c",), ("d",), ("e",)]),
+        ("while a; do b; done", [("a",), ("b",)]),
+        ("for f in *; do rm $f; done", [("rm", "$f")]),
+        ("for f in $(ls); do rm $f; done", [("ls",), ("rm", "$f")]),
+        ("case $x in a) rm y;; esac", [("rm", "y")]),
+        ("! rm x", [("rm", "x")]),
+        ("export A=1 B=$(id)", [("export", "A=1", "B=$(id)"), ("id",)]),
+        ("[[ -f x ]] && rm y", [("[[", "-f", "x", "]]"), ("rm", "y")]),
         ("echo {a,b} {}", [("echo", "{a,b}", "{}")]),
         ("", []),
         ("   # only a comment", []),
@@ -132,7 +139,9 @@ def test_redirections_report_operators_without_descriptor_numbers() -> None:
         ('echo "$(echo "a b")"', [("echo", '$(echo "a b")'), ("echo", "a b")]),
         ("x=$(a | b)y", [("x=$(a | b)y",), ("a",), ("b",)]),
         ("echo $(echo $(id))", [("echo", "$(echo $(id))"), ("echo", "$(id)"), ("id",)]),
-        ("echo $((1 + 2))", [("echo", "$((1 + 2))"), ("1", "+", "2")]),
+        ("echo $((1 + 2))", [("echo", "$((1 + 2))")]),  # arithmetic, not a command
+        ("echo $'\\x72m' $\"t\"", [("echo", "\x72m", "t")]),
+        ("ls $'\\'' ;rm -rf ../outside #'", [("ls", "'"), ("rm", "-rf", "../outside")]),
         ("diff <(ls a) <(ls b)", [("diff", "<(ls a)", "<(ls b)"), ("ls", "a"), ("ls", "b")]),
         ("cmd<(ls)", [("cmd", "<(ls)"), ("ls",)]),
         ("tee >(gzip > x.gz)", [("tee", ">(gzip > x.gz)"), ("gzip", ">", "x.gz")]),
@@ -174,7 +183,6 @@ def test_nested_commands_are_visible(command: str, expected: Segments) -> None:
         ("cat > f.txt <<'EOF'\nrm -rf / (don't)\nEOF", [("cat", ">", "f.txt", "<<", "EOF")]),
         ("cat <<-EOF\n\trm x\n\tEOF\nls", [("cat", "<<-", "EOF"), ("ls",)]),
         ("cat <<- EOF\n\trm x\n\tEOF\nls", [("cat", "<<-", "EOF"), ("ls",)]),
-        ("cat <<A <<B\nrm a\nA\nrm b\nB\nls", [("cat", "<<", "A", "<<", "B"), ("ls",)]),
         # ...except for the substitutions of an unquoted one, and when a shell reads it
         ("cat <<EOF\nhi $(whoami)\nEOF", [("cat", "<<", "EOF"), ("whoami",)]),
         ("bash <<'EOF'\nrm x\nEOF", [("bash", "<<", "EOF"), ("rm", "x")]),
@@ -309,7 +317,11 @@ def test_program_name(word: str, expected: str) -> None:
         "env -S 'rm \"x'",
         "echo " + "$(echo " * 30 + "x" + ")" * 30,
         _nest_in_bash_c("ls", 14),
-        "echo \ue000",
+        # bash accepts two here-documents on one line; tree-sitter-bash does not, so the
+        # command cannot be checked and asks (safe, and rare).
+        "cat <<A <<B\nrm a\nA\nrm b\nB\nls",
+        # the terminator is not `EOF` for the grammar: the body never ends
+        "cat - <<EOF\nrm -rf ../outside\nEO\\\nF\nls",
     ],
 )
 def test_untokenisable_commands_raise(command: str) -> None:
@@ -319,7 +331,7 @@ def test_untokenisable_commands_raise(command: str) -> None:
 
 
 def test_parse_error_is_a_value_error_with_a_readable_message() -> None:
-    with pytest.raises(ValueError, match="No closing quotation"):
+    with pytest.raises(ValueError, match="grammar does not accept it"):
         split_segments("echo 'x")
 
 
