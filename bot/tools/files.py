@@ -1,16 +1,21 @@
-"""File tools: read_file, write_file, edit_file and list_dir, all inside the workspace."""
+"""File tools: read_file, write_file, edit_file and list_dir, all inside the workspace.
+
+Each opens its file once through `Workspace.open_file` and reads or writes that
+descriptor, so what was checked is what is used.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
-from pathlib import Path
+import stat
 
 from pydantic import Field
 
 from bot.errors import ToolError
-from bot.tools.base import Tool, ToolArguments
-from bot.tools.workspace import Workspace
+from bot.tools.base import Tool, ToolArguments, person_approved
+from bot.tools.safe_open import identity
+from bot.tools.workspace import Opened, Workspace
 
 MAX_READ_BYTES = 5_000_000
 DEFAULT_READ_LINES = 2_000
@@ -18,21 +23,47 @@ MAX_LINE_CHARS = 2_000
 MAX_DIR_ENTRIES = 1_000
 
 
-def _read_text(path: Path, shown: str) -> str:
-    if not path.exists():
-        raise ToolError(f"{shown} does not exist")
-    if path.is_dir():
-        raise ToolError(f"{shown} is a directory; use list_dir to see what it holds")
-    size = path.stat().st_size
+def _read_opened(opened: Opened) -> str:
+    """The text of a file already opened and checked, read from its descriptor."""
+    size = opened.stat.st_size
     if size > MAX_READ_BYTES:
         raise ToolError(
-            f"{shown} is {size:,} bytes, over the {MAX_READ_BYTES:,}-byte limit; "
+            f"{opened.shown} is {size:,} bytes, over the {MAX_READ_BYTES:,}-byte limit; "
             "use grep or bash (head, sed -n) to read part of it"
         )
-    data = path.read_bytes()
+    chunks: list[bytes] = []
+    offset = 0
+    # Read to the end (the file may have grown since fstat), but never past the limit.
+    while offset <= MAX_READ_BYTES:
+        chunk = os.pread(opened.fd, 1 << 20, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    data = b"".join(chunks)[: MAX_READ_BYTES + 1]
     if b"\x00" in data[:8192]:
-        raise ToolError(f"{shown} looks like a binary file ({size:,} bytes); it cannot be shown")
+        raise ToolError(
+            f"{opened.shown} looks like a binary file ({size:,} bytes); it cannot be shown"
+        )
     return data.decode("utf-8", errors="replace")
+
+
+def _read_text(workspace: Workspace, path: str, approved: bool) -> tuple[str, str]:
+    """How to show `path`, and its text."""
+    opened = workspace.open_file(path, approved=approved)
+    try:
+        return opened.shown, _read_opened(opened)
+    finally:
+        opened.close()
+
+
+def _replace_content(opened: Opened, data: bytes) -> None:
+    """Write `data` as the whole content, in place, so the file keeps its inode and mode."""
+    os.ftruncate(opened.fd, 0)
+    view = memoryview(data)
+    offset = 0
+    while offset < len(view):
+        offset += os.pwrite(opened.fd, view[offset:], offset)
 
 
 class ReadFileArgs(ToolArguments):
@@ -57,9 +88,9 @@ class ReadFile(Tool):
         self.workspace = workspace
 
     async def run(self, args: ReadFileArgs) -> str:
-        path = self.workspace.resolve(args.path)
-        shown = self.workspace.relative(path)
-        text = await asyncio.to_thread(_read_text, path, shown)
+        shown, text = await asyncio.to_thread(
+            _read_text, self.workspace, args.path, person_approved.get()
+        )
         lines = text.splitlines()
         if not lines:
             return f"{shown} is empty"
@@ -85,11 +116,16 @@ class WriteFileArgs(ToolArguments):
     content: str = Field(description="The whole new content of the file.")
 
 
-def _write_text(path: Path, content: str) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = content.encode("utf-8")
-    path.write_bytes(data)
-    return len(data)
+def _write_text(workspace: Workspace, path: str, content: str, approved: bool) -> Opened:
+    """Create or replace `path`'s content; returns what was written to, closed."""
+    opened = workspace.open_file(path, write=True, create=True, approved=approved)
+    try:
+        data = content.encode("utf-8")
+        _replace_content(opened, data)
+        opened.stat = os.fstat(opened.fd)
+        return opened
+    finally:
+        opened.close()
 
 
 class WriteFile(Tool):
@@ -105,14 +141,15 @@ class WriteFile(Tool):
         self.workspace = workspace
 
     async def run(self, args: WriteFileArgs) -> str:
+        # Refused early (and the lock keyed) by the resolved path; the write itself
+        # walks again and checks the object it opens.
         path = self.workspace.resolve_for_write(args.path)
-        if path.is_dir():
-            raise ToolError(f"{self.workspace.relative(path)} is a directory")
         async with self.workspace.lock_for(path):
-            existed = path.exists()
-            written = await asyncio.to_thread(_write_text, path, args.content)
-        verb = "Overwrote" if existed else "Created"
-        return f"{verb} {self.workspace.relative(path)} ({written:,} bytes)"
+            written = await asyncio.to_thread(
+                _write_text, self.workspace, args.path, args.content, person_approved.get()
+            )
+        verb = "Created" if written.created else "Overwrote"
+        return f"{verb} {written.shown} ({written.stat.st_size:,} bytes)"
 
 
 class EditFileArgs(ToolArguments):
@@ -136,16 +173,20 @@ class EditFile(Tool):
 
     async def run(self, args: EditFileArgs) -> str:
         path = self.workspace.resolve_for_write(args.path)
-        shown = self.workspace.relative(path)
         if not args.old_text:
             raise ToolError("old_text is empty; use write_file to create or replace a whole file")
         if args.old_text == args.new_text:
             raise ToolError("old_text and new_text are the same; nothing would change")
         async with self.workspace.lock_for(path):
-            return await self._edit(path, shown, args)
+            return await asyncio.to_thread(_edit_text, self.workspace, args, person_approved.get())
 
-    async def _edit(self, path: Path, shown: str, args: EditFileArgs) -> str:
-        text = await asyncio.to_thread(_read_text, path, shown)
+
+def _edit_text(workspace: Workspace, args: EditFileArgs, approved: bool) -> str:
+    """Read and rewrite one opened file, so the text replaced is the text that was read."""
+    opened = workspace.open_file(args.path, write=True, approved=approved)
+    try:
+        shown = opened.shown
+        text = _read_opened(opened)
         count = text.count(args.old_text)
         if count == 0:
             raise ToolError(
@@ -158,29 +199,39 @@ class EditFile(Tool):
                 "it matches exactly once"
             )
         line = text[: text.index(args.old_text)].count("\n") + 1
-        await asyncio.to_thread(_write_text, path, text.replace(args.old_text, args.new_text, 1))
+        _replace_content(opened, text.replace(args.old_text, args.new_text, 1).encode("utf-8"))
         return f"Edited {shown} at line {line}"
+    finally:
+        opened.close()
 
 
 class ListDirArgs(ToolArguments):
     path: str = Field(default=".", description="Directory, relative to the workspace.")
 
 
-def _list_dir(path: Path, shown: str) -> list[str]:
-    if not path.exists():
-        raise ToolError(f"{shown} does not exist")
-    if not path.is_dir():
-        raise ToolError(f"{shown} is a file, not a directory; use read_file")
+def _list_dir(workspace: Workspace, path: str) -> tuple[str, list[str]]:
+    """How to show the directory, and its entries; Baton's private files are left out."""
+    opened = workspace.open_dir(path)
+    guard = workspace.guard()
     entries = []
-    with os.scandir(path) as it:
-        for entry in it:
-            if entry.is_symlink():
-                entries.append(f"{entry.name}@")
-            elif entry.is_dir():
-                entries.append(f"{entry.name}/")
-            else:
-                entries.append(entry.name)
-    return sorted(entries, key=str.lower)
+    try:
+        with os.scandir(opened.fd) as it:
+            for entry in it:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if identity(st) in guard.private_ids:
+                    continue
+                if stat.S_ISLNK(st.st_mode):
+                    entries.append(f"{entry.name}@")
+                elif stat.S_ISDIR(st.st_mode):
+                    entries.append(f"{entry.name}/")
+                else:
+                    entries.append(entry.name)
+    finally:
+        opened.close()
+    return opened.shown, sorted(entries, key=str.lower)
 
 
 class ListDir(Tool):
@@ -196,9 +247,7 @@ class ListDir(Tool):
         self.workspace = workspace
 
     async def run(self, args: ListDirArgs) -> str:
-        path = self.workspace.resolve(args.path)
-        shown = self.workspace.relative(path)
-        entries = await asyncio.to_thread(_list_dir, path, shown)
+        shown, entries = await asyncio.to_thread(_list_dir, self.workspace, args.path)
         if not entries:
             return f"{shown} is empty"
         more = len(entries) - MAX_DIR_ENTRIES

@@ -48,8 +48,8 @@ class Guard:
 
 
 @dataclass(slots=True, kw_only=True)
-class OpenedFile:
-    """A regular file opened for a tool, with the `fstat` of that very descriptor."""
+class Opened:
+    """A file or directory opened for a tool, with the `fstat` of that very descriptor."""
 
     fd: int
     stat: os.stat_result
@@ -184,7 +184,7 @@ class Workspace:
 
     def open_file(
         self, path: str, *, write: bool = False, create: bool = False, approved: bool = False
-    ) -> OpenedFile:
+    ) -> Opened:
         """Open a regular file for a tool, checked on the descriptor it returns.
 
         Args:
@@ -225,7 +225,7 @@ class Workspace:
                     if _changed_meanwhile(exc):
                         continue
                     raise ToolError(f"{shown} cannot be opened: {exc.strerror}") from exc
-                opened = OpenedFile(
+                opened = Opened(
                     fd=fd, stat=os.fstat(fd), path=self._absolute(found.parts), shown=shown
                 )
                 if identity(opened.stat) != identity(found.stat):
@@ -243,7 +243,20 @@ class Workspace:
                 return opened
         raise ToolError(f"{path!r} kept changing while it was being opened; try again")
 
-    def _create(self, found: Walk, shown: str) -> OpenedFile:
+    def open_dir(self, path: str) -> Opened:
+        """Open a directory for listing, refusing what is missing or not a directory."""
+        with self.locate(path) as found:
+            resolved = self._absolute(found.parts)
+            shown = self.relative(resolved)
+            if found.stat is None:
+                raise ToolError(f"{shown} does not exist")
+            if not stat.S_ISDIR(found.stat.st_mode):
+                hint = "; use read_file" if stat.S_ISREG(found.stat.st_mode) else ""
+                raise ToolError(f"{shown} is a file, not a directory{hint}")
+            fd = reopen(found, os.O_RDONLY)
+            return Opened(fd=fd, stat=os.fstat(fd), path=resolved, shown=shown)
+
+    def _create(self, found: Walk, shown: str) -> Opened:
         make_dirs(found)
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
@@ -252,7 +265,7 @@ class Workspace:
             raise ToolError(f"{shown} appeared while it was being created; try again") from exc
         except OSError as exc:
             raise ToolError(f"{shown} cannot be created: {exc.strerror}") from exc
-        return OpenedFile(
+        return Opened(
             fd=fd, stat=os.fstat(fd), path=self._absolute(found.parts), shown=shown, created=True
         )
 
