@@ -1,17 +1,24 @@
-"""The bash tool: one shell command in the workspace, bounded in time and output."""
+"""The bash tool: one shell command in the workspace, bounded in time and output.
+
+Each command runs in the bubblewrap sandbox (`bot.sandbox`) when one is available:
+then the call's end (exit, timeout, cancel) kills the sandbox's PID namespace and
+everything in it. Without a sandbox it runs as the bot's user in a process group of
+its own, killed as a group; the permission layer makes a person approve every such
+call.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
-import re
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from pydantic import Field
 
 from bot.errors import ToolError
+from bot.sandbox import Sandbox, SandboxPolicy, minimal_environment
 from bot.tools.base import DEFAULT_OUTPUT_LIMIT, Tool, ToolArguments, cap_output
 from bot.tools.workspace import Workspace
 
@@ -20,16 +27,6 @@ MAX_TIMEOUT_S = 600
 # After killing a process group, how long to wait for its pipe to drain. A process
 # that escaped the group with setsid() could hold the pipe open for ever.
 DRAIN_AFTER_KILL_S = 2.0
-
-_SECRET_NAME = re.compile(
-    r"^(SLACK_|OPENAI_|ANTHROPIC_|BATON_CONFIG$|DATABASE_URL$)|TOKEN|SECRET|PASSWORD|API_KEY",
-    re.IGNORECASE,
-)
-
-
-def scrubbed_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment for commands the model runs: the bot's own secrets removed."""
-    return {name: value for name, value in environ.items() if not _SECRET_NAME.search(name)}
 
 
 class BashArgs(ToolArguments):
@@ -86,42 +83,81 @@ class Bash(Tool):
         self,
         workspace: Workspace,
         *,
+        sandbox: Sandbox | None = None,
+        policy: SandboxPolicy | None = None,
         environment: Mapping[str, str] | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
     ) -> None:
+        """Set up the tool; `sandbox` is used only when its probe found it available.
+
+        Args:
+            workspace: Where commands run.
+            sandbox: The probed sandbox; None or an unavailable one runs commands
+                unsandboxed.
+            policy: What sandboxed commands may touch; by default the workspace with
+                its protected files read-only and its private files (Baton's
+                database) masked, no network.
+            environment: The bot's environment; only PATH, HOME, LANG and TERM pass.
+            output_limit: Characters of output the model sees at most.
+        """
         self.workspace = workspace
+        self.sandbox = sandbox if sandbox is not None and sandbox.available else None
+        self.policy = policy or SandboxPolicy.for_workspace(
+            workspace.root,
+            read_only=workspace.protected_files,
+            databases=workspace.private_files,
+        )
         env = os.environ if environment is None else environment
-        self.environment = scrubbed_environment(env)
+        self.environment = (
+            self.sandbox.environment(env) if self.sandbox else minimal_environment(env)
+        )
         self.output_limit = output_limit
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether commands run in the sandbox; if not, every call must ask a person."""
+        return self.sandbox is not None
+
+    @contextlib.contextmanager
+    def _command_line(self, command: str) -> Iterator[list[str]]:
+        argv = ["bash", "-c", command]
+        if self.sandbox is None:
+            yield argv
+            return
+        with self.sandbox.command(self.policy, argv) as wrapped:
+            yield wrapped
 
     async def run(self, args: BashArgs) -> str:
         if not args.command.strip():
             raise ToolError("the command is empty")
+        with self._command_line(args.command) as argv:
+            return await self._run(argv, args.timeout_s)
+
+    async def _run(self, argv: list[str], timeout_s: int) -> str:
         try:
             process = await asyncio.create_subprocess_exec(
-                "bash",
-                "-c",
-                args.command,
+                *argv,
                 cwd=self.workspace.root,
                 env=self.environment,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 # Its own process group, so a timeout or cancel can kill every child too.
+                # In the sandbox, killing bwrap kills its PID namespace (--die-with-parent).
                 start_new_session=True,
             )
         except OSError as exc:
-            raise ToolError(f"could not start bash: {exc}") from exc
+            raise ToolError(f"could not start {argv[0]}: {exc}") from exc
         output = _BoundedOutput(self.output_limit)
         reader = asyncio.create_task(self._collect(process, output))
         try:
             # One deadline for reading and exiting: a command that closes its output and
             # goes on running is still bound by the timeout.
-            code = await asyncio.wait_for(self._finish(process, reader), timeout=args.timeout_s)
+            code = await asyncio.wait_for(self._finish(process, reader), timeout=timeout_s)
         except TimeoutError:
             await self._kill(process, reader)
             return cap_output(
-                f"{output.text()}\n[command timed out after {args.timeout_s} s; it and its "
+                f"{output.text()}\n[command timed out after {timeout_s} s; it and its "
                 "child processes were killed]",
                 self.output_limit,
             )

@@ -7,8 +7,9 @@ import os
 
 import pytest
 
+from bot.sandbox import minimal_environment
 from bot.tools import Workspace
-from bot.tools.shell import Bash, BashArgs, scrubbed_environment
+from bot.tools.shell import Bash, BashArgs
 from tests.processes import alive
 
 
@@ -33,7 +34,7 @@ async def test_secrets_are_not_passed_to_commands(workspace: Workspace) -> None:
     for value in ("xoxb-secret", "sk-secret", "ghp-secret", "postgresql:"):
         assert value not in out
     assert "LANG=C.UTF-8" in out
-    assert set(scrubbed_environment(environment)) == {"PATH", "LANG"}
+    assert set(minimal_environment(environment)) == {"PATH", "LANG"}
 
 
 async def test_timeout_kills_the_command_and_its_children(workspace: Workspace) -> None:

@@ -1,0 +1,18 @@
+"""The OS sandbox every `bash` call runs in: a policy, the bwrap profile it becomes, a runner."""
+
+from bot.sandbox.environment import minimal_environment
+from bot.sandbox.policy import PROTECTED_NAMES, SandboxPolicy, sqlite_companions
+from bot.sandbox.profile import SANDBOX_HOME, Profile, build_profile
+from bot.sandbox.runner import Sandbox, find_bwrap
+
+__all__ = [
+    "PROTECTED_NAMES",
+    "SANDBOX_HOME",
+    "Profile",
+    "Sandbox",
+    "SandboxPolicy",
+    "build_profile",
+    "find_bwrap",
+    "minimal_environment",
+    "sqlite_companions",
+]

@@ -1,0 +1,26 @@
+"""The environment a command starts from: a few variables it needs, nothing of the bot's."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+KEPT = ("PATH", "HOME", "LANG", "TERM")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def minimal_environment(environ: Mapping[str, str], *, home: str | None = None) -> dict[str, str]:
+    """PATH, HOME, LANG and TERM from `environ`, and nothing else.
+
+    An allow-list rather than a list of secret names: the bot's tokens hide under
+    names nobody predicted, and bwrap's own environment is what `/proc/1/environ`
+    shows inside the sandbox.
+
+    Args:
+        environ: The bot's environment.
+        home: The HOME the command gets (the sandbox's empty home), if not the bot's.
+    """
+    kept = {name: environ[name] for name in KEPT if name in environ}
+    kept.setdefault("PATH", DEFAULT_PATH)
+    if home is not None:
+        kept["HOME"] = home
+    return kept

