@@ -1,0 +1,300 @@
+"""Read git's command line as git does: global options, subcommand, abbreviated long options.
+
+``bash(git *)`` looks harmless, but git can run any program (``-c alias.x='!cmd'``,
+``--upload-pack``, ``ext::`` URLs, ``difftool -x``), work on another repository
+(``-C``, ``--git-dir``) and write files anywhere (``log --output``). And git accepts
+any unambiguous prefix of a long option, so ``--forc`` is ``--force``. This module
+answers two questions with that reading:
+
+* :func:`git_allow_problem`: why an allow rule must not auto-approve this git call;
+* :func:`git_danger`: which built-in danger pattern (force push, reset --hard, ...)
+  this git call matches, whatever the rules say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+__all__ = ["GitCall", "git_allow_problem", "git_danger", "long_option", "split_git"]
+
+# Global options that take the next word as their value (unless written `--x=value`).
+_GLOBAL_WITH_VALUE = frozenset(
+    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix",
+     "--list-cmds", "--attr-source"}
+)  # fmt: skip
+# Global options an allow rule may still approve: none of them runs a program or
+# points git at another repository.
+_SAFE_GLOBALS = frozenset(
+    {"--no-pager", "-P", "--no-optional-locks", "--no-advice", "--literal-pathspecs",
+     "--glob-pathspecs", "--noglob-pathspecs", "--icase-pathspecs", "--no-replace-objects",
+     "--no-lazy-fetch", "--version", "-v", "--help", "-h"}
+)  # fmt: skip
+
+# Built-ins an allow rule may approve, subject to the option checks below. Anything
+# else (an alias, `credential`, `hook`, `daemon`, `maintenance`, `send-email`, ...) asks.
+_KNOWN = frozenset(
+    {"add", "am", "annotate", "apply", "archive", "bisect", "blame", "branch", "bundle",
+     "cat-file", "check-attr", "check-ignore", "check-mailmap", "check-ref-format", "checkout",
+     "cherry", "cherry-pick", "clean", "clone", "column", "commit", "config", "count-objects",
+     "describe", "diff", "diff-files", "diff-index", "diff-tree", "fetch", "for-each-ref",
+     "format-patch", "fsck", "gc", "grep", "hash-object", "init", "interpret-trailers", "log",
+     "ls-files", "ls-remote", "ls-tree", "merge", "merge-base", "merge-file", "mktree", "mv",
+     "name-rev", "notes", "pack-refs", "patch-id", "prune", "pull", "push", "range-diff",
+     "rebase", "reflog", "remote", "repack", "reset", "restore", "rev-list", "rev-parse",
+     "revert", "rm", "shortlog", "show", "show-branch", "show-ref", "sparse-checkout", "stash",
+     "status", "stripspace", "submodule", "switch", "symbolic-ref", "tag", "update-index",
+     "update-ref", "verify-commit", "verify-tag", "version", "whatchanged", "worktree",
+     "write-tree"}
+)  # fmt: skip
+_RUN_TOOLS = frozenset({"difftool", "mergetool", "filter-branch", "daemon", "instaweb"})
+_OUTPUT_COMMANDS = frozenset(
+    {"log", "show", "diff", "diff-files", "diff-index", "diff-tree", "whatchanged",
+     "range-diff", "format-patch", "archive", "shortlog", "stash", "cherry", "rev-list"}
+)  # fmt: skip
+_REMOTE_PROGRAM_OPTIONS = ("--upload-pack", "--receive-pack", "--exec")
+_CONFIG_READS = ("--get", "--get-all", "--get-regexp", "--get-urlmatch", "--list")
+_CONFIG_WRITES = ("--add", "--unset", "--unset-all", "--replace-all", "--rename-section",
+                  "--remove-section", "--edit", "--file", "--blob")  # fmt: skip
+_WHOLE_TREE_PATHSPECS = frozenset({".", "./", ":/", ":/.", ":(top)", ":(top)."})
+
+
+@dataclass(frozen=True, slots=True)
+class GitCall:
+    """``git GLOBALS SUBCOMMAND ARGS``, split as git splits it."""
+
+    globals: tuple[str, ...]
+    subcommand: str
+    args: tuple[str, ...]
+
+    def configures(self) -> bool:
+        """Whether a global ``-c``/``--config-env`` sets configuration for this call."""
+        return any(word == "-c" or long_option(word, "--config-env") for word in self.globals)
+
+
+def split_git(args: Sequence[str]) -> GitCall:
+    """Split the arguments after ``git`` into global options, subcommand and its arguments.
+
+    Args:
+        args: The words after the program name.
+
+    Returns:
+        The call; ``subcommand`` is "" when there is none (``git --version``).
+    """
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if not arg.startswith("-"):
+            return GitCall(tuple(args[:index]), arg, tuple(args[index + 1 :]))
+        index += 2 if arg in _GLOBAL_WITH_VALUE else 1
+    return GitCall(tuple(args), "", ())
+
+
+def long_option(arg: str, name: str) -> bool:
+    """Whether ``arg`` is the long option ``name``, abbreviated or not, with or without ``=``.
+
+    git accepts any unambiguous prefix (``--forc`` for ``--force``). Ambiguous prefixes
+    are refused by git, so counting them as a match only ever asks more.
+    """
+    if not arg.startswith("--") or arg == "--":
+        return False
+    written = arg.split("=", 1)[0]
+    return len(written) > 2 and name.startswith(written)
+
+
+def _options(args: Sequence[str]) -> list[str]:
+    """The options before ``--`` (operands and what follows ``--`` are left out)."""
+    found: list[str] = []
+    for arg in args:
+        if arg == "--":
+            break
+        if arg.startswith("-") and arg != "-":
+            found.append(arg)
+    return found
+
+
+def _has_long(args: Sequence[str], *names: str) -> bool:
+    return any(long_option(arg, name) for arg in _options(args) for name in names)
+
+
+def _short_letters(args: Sequence[str]) -> str:
+    return "".join(arg[1:] for arg in _options(args) if not arg.startswith("--"))
+
+
+def _operands(args: Sequence[str]) -> list[str]:
+    found: list[str] = []
+    for index, arg in enumerate(args):
+        if arg == "--":
+            return found + list(args[index + 1 :])
+        if not arg.startswith("-") or arg == "-":
+            found.append(arg)
+    return found
+
+
+def _any_in(words: Iterable[str], *needles: str) -> bool:
+    return any(needle in word for word in words for needle in needles)
+
+
+def git_allow_problem(args: Sequence[str]) -> str | None:
+    """Why an allow rule must not auto-approve ``git ARGS``, or None when it may.
+
+    Args:
+        args: The words after ``git``.
+
+    Returns:
+        A sentence for the approver, or None.
+    """
+    call = split_git(args)
+    for option in call.globals:
+        if option not in _SAFE_GLOBALS:
+            return (
+                f"git {option} can run other programs or point git at another repository, "
+                "so no allow rule approves it"
+            )
+    if _any_in(args, "ext::", "fd::"):
+        return "an ext:: or fd:: URL makes git run a program"
+    sub, rest = call.subcommand, call.args
+    if not sub:
+        return None
+    if sub in _RUN_TOOLS:
+        return f"git {sub} runs other programs or servers"
+    if sub not in _KNOWN:
+        return f"git {sub} is not a git built-in this rule understands (it may be an alias)"
+    return _subcommand_problem(sub, rest)
+
+
+def _subcommand_problem(sub: str, args: tuple[str, ...]) -> str | None:
+    letters = _short_letters(args)
+    if sub in _OUTPUT_COMMANDS and (
+        _has_long(args, "--output", "--output-directory")
+        or (sub in ("format-patch", "archive") and "o" in letters)
+    ):
+        return f"git {sub} --output writes a file wherever it is told"
+    if _has_long(args, *_REMOTE_PROGRAM_OPTIONS) or (
+        sub in ("ls-remote", "clone") and "u" in letters
+    ):
+        return f"git {sub} --upload-pack/--receive-pack/--exec runs a program"
+    if sub in ("clone", "init") and (
+        _has_long(args, "--config", "--template") or (sub == "clone" and "c" in letters)
+    ):
+        return f"git {sub} --config/--template can install hooks or commands that git runs"
+    if sub == "config" and not _config_reads_only(args):
+        return "git config that changes settings can make git run any program"
+    if sub == "grep" and ("O" in letters or _has_long(args, "--open-files-in-pager")):
+        return "git grep -O runs a pager program"
+    if sub == "rebase" and (
+        "x" in letters or "i" in letters or _has_long(args, "--exec", "--interactive")
+    ):
+        return "git rebase --exec runs a program for each commit"
+    if sub == "bisect" and _operands(args)[:1] == ["run"]:
+        return "git bisect run runs a program"
+    if sub == "submodule" and "foreach" in _operands(args):
+        return "git submodule foreach runs a command in every submodule"
+    if sub == "bundle" and _operands(args)[:1] == ["create"]:
+        return "git bundle create writes a file wherever it is told"
+    return None
+
+
+def _config_reads_only(args: Sequence[str]) -> bool:
+    if _has_long(args, *_CONFIG_WRITES) or "e" in _short_letters(args):
+        return False
+    operands = _operands(args)
+    if operands[:1] in (["get"], ["list"]):
+        return True
+    return _has_long(args, *_CONFIG_READS) or "l" in _short_letters(args)
+
+
+# --------------------------------------------------------------------------------------
+# Danger: what always asks, whatever the rules allow
+
+
+def git_danger(args: Sequence[str]) -> str | None:
+    """The id of the danger pattern ``git ARGS`` matches, or None.
+
+    Args:
+        args: The words after ``git``.
+
+    Returns:
+        One of ``git-force-push``, ``git-push-delete``, ``git-reset-hard``,
+        ``git-clean``, ``git-rm-recursive``, ``git-discard``, ``git-daemon``, or None.
+    """
+    call = split_git(args)
+    sub, rest = call.subcommand, call.args
+    letters = _short_letters(rest)
+    if sub == "push":
+        force, delete = _push_effects(rest)
+        if force or call.configures():  # `-c remote.origin.mirror=true push`
+            return "git-force-push"
+        if delete:
+            return "git-push-delete"
+    if sub == "reset" and _has_long(rest, "--hard"):
+        return "git-reset-hard"
+    if sub == "clean" and not ("n" in letters or _has_long(rest, "--dry-run")):
+        return "git-clean"
+    if sub == "rm" and "r" in letters:
+        return "git-rm-recursive"
+    if _discards(sub, rest):
+        return "git-discard"
+    if sub in ("daemon", "instaweb"):
+        return "git-daemon"
+    return None
+
+
+def _push_effects(args: Sequence[str]) -> tuple[bool, bool]:
+    """Whether ``git push ARGS`` forces, and whether it deletes remote refs."""
+    force = delete = False
+    operands: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        index += 1
+        if arg == "--":
+            operands.extend(args[index:])
+            break
+        if arg.startswith("--"):
+            force = force or any(
+                long_option(arg, name)
+                for name in ("--force", "--force-with-lease", "--force-if-includes", "--mirror")
+            )
+            delete = delete or long_option(arg, "--delete") or long_option(arg, "--prune")
+            if "=" not in arg and any(
+                long_option(arg, name) for name in ("--repo", "--receive-pack", "--exec")
+            ):
+                index += 1
+            if arg == "--push-option":
+                index += 1
+        elif arg.startswith("-") and len(arg) > 1:
+            letters = arg[1:]
+            if "o" in letters:  # -o takes a value: the rest of the word or the next one
+                if letters.endswith("o"):
+                    index += 1
+                letters = letters[: letters.index("o")]
+            force = force or "f" in letters
+            delete = delete or "d" in letters
+        else:
+            operands.append(arg)
+    force = force or any(refspec.startswith("+") for refspec in operands)
+    delete = delete or any(refspec.startswith(":") for refspec in operands[1:])
+    return force, delete
+
+
+def _discards(sub: str, args: Sequence[str]) -> bool:
+    """Whether checkout/restore/switch throws uncommitted changes away."""
+    letters = _short_letters(args)
+    forced = "f" in letters or _has_long(args, "--force", "--discard-changes")
+    if sub == "switch":
+        return forced
+    if sub == "checkout":
+        after_dashes = "--" in args and args.index("--") + 1 < len(args)
+        wide = any(_whole_tree(operand) for operand in _operands(args))
+        return forced or after_dashes or wide
+    if sub == "restore":
+        staged_only = ("S" in letters or _has_long(args, "--staged")) and not (
+            "W" in letters or _has_long(args, "--worktree")
+        )
+        return not staged_only and bool(_operands(args))
+    return False
+
+
+def _whole_tree(pathspec: str) -> bool:
+    return pathspec in _WHOLE_TREE_PATHSPECS or any(char in pathspec for char in "*?[")
