@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import pytest
 
-from bot.sandbox import minimal_environment
+from bot.sandbox import Sandbox, SandboxPolicy, minimal_environment
 from bot.tools import Workspace
 from bot.tools.shell import Bash, BashArgs
 from tests.processes import alive
@@ -107,3 +108,37 @@ async def test_timeout_holds_after_the_command_closes_its_output(workspace: Work
             break
         await asyncio.sleep(0.05)
     assert not alive(pid)
+
+
+async def test_without_a_sandbox_commands_still_run_with_a_minimal_environment(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BATON_TEST_CANARY", "canary-value")
+    bash = Bash(workspace, sandbox=Sandbox.unavailable("bwrap is not installed"))
+    assert not bash.sandboxed
+    out = await bash.run(BashArgs(command="env; pwd"))
+    assert "canary-value" not in out
+    assert str(workspace.root) in out
+    names = {line.split("=", 1)[0] for line in out.splitlines()[1:] if "=" in line}
+    assert names <= {"PATH", "HOME", "LANG", "TERM", "PWD", "SHLVL", "_"}
+
+
+async def test_a_sandboxed_bash_keeps_the_tools_contract(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    workspace = Workspace(root)
+    sandbox = await Sandbox.probe(SandboxPolicy.for_workspace(root))
+    if not sandbox.available:
+        pytest.skip(f"no sandbox on this machine: {sandbox.reason}")
+    bash = Bash(workspace, sandbox=sandbox, output_limit=1000)
+    assert bash.sandboxed
+    out = await bash.run(BashArgs(command="pwd; echo oops >&2; exit 4"))
+    assert out.splitlines() == ["exit code 4", str(root), "oops"]
+    assert await bash.run(BashArgs(command="true")) == "exit code 0 (no output)"
+    capped = await bash.run(BashArgs(command="seq 1 100000"))
+    assert len(capped) < 1300
+    assert capped.rstrip().endswith("100000")
+    command = "echo $$ > main.pid; exec >/dev/null 2>&1; sleep 300"
+    out = await asyncio.wait_for(bash.run(BashArgs(command=command, timeout_s=1)), 20)
+    assert "timed out after 1 s" in out
+    assert sorted(p.name for p in root.iterdir()) == ["main.pid"]

@@ -1,0 +1,114 @@
+"""The bwrap profile a policy becomes, read as arguments (no bwrap needed)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from bot.sandbox import Sandbox, SandboxPolicy, build_profile, sqlite_companions
+from bot.sandbox.profile import SANDBOX_HOME
+
+
+def pairs(arguments: tuple[str, ...], option: str) -> list[str]:
+    """The destinations of every `option SRC DEST` (or `option DEST`) in `arguments`."""
+    return [arguments[i + 1] for i, value in enumerate(arguments) if value == option]
+
+
+def profile_for(tmp_path: Path, **policy: object) -> tuple[Path, tuple[str, ...], tuple[Path, ...]]:
+    root = tmp_path / "ws"
+    root.mkdir(exist_ok=True)
+    made = build_profile(
+        SandboxPolicy.for_workspace(root, **policy),  # type: ignore[arg-type]
+        empty_file=tmp_path / "empty",
+    )
+    return root, made.arguments, made.placeholders
+
+
+def test_namespaces_and_no_network_by_default(tmp_path: Path) -> None:
+    _, arguments, _ = profile_for(tmp_path)
+    for option in (
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--unshare-net",
+        "--die-with-parent",
+        "--new-session",
+    ):
+        assert option in arguments
+    assert arguments[arguments.index("--cap-drop") + 1] == "ALL"
+    _, shared, _ = profile_for(tmp_path, network=True)
+    assert "--unshare-net" not in shared
+
+
+def test_only_the_system_and_the_workspace_are_mounted(tmp_path: Path) -> None:
+    root, arguments, _ = profile_for(tmp_path)
+    sources = pairs(arguments, "--ro-bind") + pairs(arguments, "--bind")
+    allowed = ("/usr", "/bin", "/sbin", "/lib", "/etc", "/opt", str(root), str(tmp_path / "empty"))
+    assert all(source.startswith(allowed) for source in sources), sources
+    assert pairs(arguments, "--bind") == [str(root)]
+    assert {"/tmp", str(SANDBOX_HOME)} <= set(pairs(arguments, "--tmpfs"))
+    assert arguments[-2:] == ("--chdir", str(root))
+
+
+def test_existing_protected_paths_are_read_only_and_pinned(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / ".git" / "hooks").mkdir(parents=True)
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / ".baton").mkdir()
+    (root / "baton.db").write_text("")
+    _, arguments, placeholders = profile_for(tmp_path, databases=[root / "baton.db"])
+    assert pairs(arguments, "--bind") == [str(root), str(root / ".git")]
+    read_only = pairs(arguments, "--ro-bind")
+    for name in (".baton", ".git/hooks", ".git/config"):
+        assert str(root / name) in read_only
+    # The database is covered by the empty file, and its missing companions held open.
+    masked = {
+        Path(arguments[i + 2])
+        for i, value in enumerate(arguments)
+        if value == "--ro-bind" and arguments[i + 1] == str(tmp_path / "empty")
+    }
+    assert set(sqlite_companions(root / "baton.db")) <= masked
+    assert set(placeholders) == set(sqlite_companions(root / "baton.db")[1:])
+
+
+def test_missing_protected_paths_get_placeholders_at_their_first_missing_part(
+    tmp_path: Path,
+) -> None:
+    root, arguments, placeholders = profile_for(tmp_path)
+    assert set(placeholders) == {root / ".baton", root / ".git"}
+    assert str(root / ".git") in pairs(arguments, "--tmpfs")
+    assert str(root / ".git") in pairs(arguments, "--remount-ro")
+
+
+def test_held_placeholders_count_as_missing(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / ".git").mkdir(parents=True)
+    made = build_profile(
+        SandboxPolicy.for_workspace(root), empty_file=tmp_path / "empty", held={root / ".git"}
+    )
+    assert root / ".git" in made.placeholders
+    assert str(root / ".git") not in pairs(made.arguments, "--bind")
+
+
+def test_paths_under_a_read_only_directory_need_no_placeholder(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / ".baton").mkdir(parents=True)
+    _, _, placeholders = profile_for(tmp_path, read_only=[root / ".baton" / "config.yaml"])
+    assert root / ".baton" / "config.yaml" not in placeholders
+
+
+def test_no_binary_means_unavailable_with_a_reason(tmp_path: Path) -> None:
+    missing = tmp_path / "no-bwrap"
+    sandbox = asyncio.run(Sandbox.probe(SandboxPolicy.for_workspace(tmp_path), binary=missing))
+    assert not sandbox.available
+    assert str(missing) in sandbox.reason
+
+
+def test_a_failing_bwrap_reports_its_message(tmp_path: Path) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    sandbox = asyncio.run(Sandbox.probe(SandboxPolicy.for_workspace(tmp_path), binary=fake))
+    assert not sandbox.available
+    assert "No permissions to create new namespace" in sandbox.reason
