@@ -24,6 +24,8 @@ import shlex
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from bot.permissions.git_args import git_danger
+from bot.permissions.globs import expand_braces, glob_spellings
 from bot.permissions.shell_words import (
     SHELL_PROGRAMS,
     CommandParseError,
@@ -169,25 +171,46 @@ DANGER_PATTERNS: tuple[DangerPattern, ...] = (
         id="git-force-push",
         title="Git force push",
         consequence="it can overwrite commits on the remote that others depend on.",
-        matches="git push -f/--force/--force-with-lease/--mirror, or a +refspec.",
+        matches="git push -f/--force/--force-with-lease/--mirror (or any abbreviation, "
+        "--force-w), a +refspec, or git -c ... push (configuration can make it a mirror).",
     ),
     DangerPattern(
         id="git-push-delete",
         title="Git remote branch deletion",
         consequence="it deletes branches or tags on the remote.",
-        matches="git push -d/--delete/--prune, or a :refspec.",
+        matches="git push -d/--delete/--prune (or an abbreviation, --del), or a :refspec.",
     ),
     DangerPattern(
         id="git-reset-hard",
         title="git reset --hard",
         consequence="it throws away uncommitted changes for good.",
-        matches="git reset --hard.",
+        matches="git reset --hard (or an abbreviation, --har).",
     ),
     DangerPattern(
         id="git-clean",
         title="git clean",
         consequence="it deletes untracked files for good.",
-        matches="git clean -f (not with -n/--dry-run).",
+        matches="git clean, unless a dry run (-n/--dry-run); long options abbreviated as git "
+        "allows (--forc).",
+    ),
+    DangerPattern(
+        id="git-rm-recursive",
+        title="Recursive git rm",
+        consequence="it deletes whole directories from the work tree and the index.",
+        matches="git rm -r (in any option cluster, e.g. -rfq).",
+    ),
+    DangerPattern(
+        id="git-discard",
+        title="Discarding uncommitted changes",
+        consequence="it overwrites uncommitted work in the files it names, for good.",
+        matches="git checkout -- PATHS, git checkout . (or a glob), git checkout -f, "
+        "git restore PATHS (not --staged alone), git switch -f/--discard-changes.",
+    ),
+    DangerPattern(
+        id="git-daemon",
+        title="Git server",
+        consequence="it serves repositories to the network and can keep running.",
+        matches="git daemon, git instaweb.",
     ),
     DangerPattern(
         id="system-power",
@@ -400,6 +423,15 @@ _SYSTEM_SECRETS = {
 # `.env.example` and friends are committed templates without real values.
 _ENV_TEMPLATE_SUFFIXES = frozenset({"example", "sample", "template", "dist", "tpl", "tmpl"})
 _GLOB_CHARS = frozenset("*?[")
+
+
+_SECRET_NAMES = frozenset(
+    {*_SECRET_DIRS, *_SECRET_FILES, *_HISTORY_FILES, *_PRIVATE_KEY_NAMES, ".env", ".envrc",
+     "environ", "shadow", "gshadow", "sudoers", "sudoers.d", "master.passwd", "gcloud",
+     "config.json", "hosts.yml", "proc", "etc", ".config", ".docker", "gh",
+     *(f"x{suffix}" for suffix in _PRIVATE_KEY_SUFFIXES)}
+)  # fmt: skip
+"""Names a glob in a shell word is tried against (see :func:`glob_spellings`)."""
 
 
 def find_path_danger(path: str) -> DangerMatch | None:
@@ -738,23 +770,6 @@ def _pipeline_shown(context: _Context) -> str:
     return _shown(" | ".join(_show_words(stage.words) for stage in context.pipeline))
 
 
-def _git(context: _Context) -> tuple[str, tuple[str, ...]]:
-    """The git subcommand and its arguments, skipping global options (``-C dir``...)."""
-    if context.program != "git":
-        return "", ()
-    args = context.args
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        if arg in ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env"):
-            index += 2
-        elif arg.startswith("-"):
-            index += 1
-        else:
-            return arg, args[index + 1 :]
-    return "", ()
-
-
 # --- the checks, one per pattern id ---------------------------------------------------
 
 _Check = Callable[[_Context], DangerMatch | None]
@@ -909,71 +924,21 @@ def _check_secret_path(context: _Context) -> DangerMatch | None:
         for candidate in (word, *re.split(r"[=:,]", word)):
             if candidate and (found := find_path_danger(candidate)):
                 return found
+        # What bash would make of it: `~/.ss[h]/id_rs[a]`, `.e?v`, `{environ,cmdline}`.
+        for expanded in expand_braces(word):
+            for spelling in glob_spellings(expanded, _SECRET_NAMES):
+                if spelling != word and (found := _secret_category(spelling)):
+                    return _PATTERNS["secret-path"].match(_shown(word), title=found)
     return None
 
 
-def _git_push_options(args: Sequence[str]) -> tuple[bool, bool]:
-    """Whether ``git push ARGS`` forces, and whether it deletes remote refs."""
-    force = delete = False
-    operands: list[str] = []
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        index += 1
-        if arg == "--":
-            operands.extend(args[index:])
-            break
-        if arg.startswith("--"):
-            name = arg.split("=", 1)[0]
-            force = force or name in ("--force", "--force-with-lease", "--force-if-includes",
-                                      "--mirror")  # fmt: skip
-            delete = delete or name in ("--delete", "--prune")
-            if "=" not in arg and name in ("--repo", "--receive-pack", "--exec", "--push-option"):
-                index += 1
-        elif arg.startswith("-") and len(arg) > 1:
-            letters = arg[1:]
-            if "o" in letters:  # -o takes a value: the rest of the word or the next one
-                if letters.endswith("o"):
-                    index += 1
-                letters = letters[: letters.index("o")]
-            force = force or "f" in letters
-            delete = delete or "d" in letters
-        else:
-            operands.append(arg)
-    force = force or any(refspec.startswith("+") for refspec in operands)
-    delete = delete or any(refspec.startswith(":") for refspec in operands[1:])
-    return force, delete
-
-
-def _check_git_force_push(context: _Context) -> DangerMatch | None:
-    subcommand, args = _git(context)
-    if subcommand == "push" and _git_push_options(args)[0]:
-        return _PATTERNS["git-force-push"].match(context.shown)
-    return None
-
-
-def _check_git_push_delete(context: _Context) -> DangerMatch | None:
-    subcommand, args = _git(context)
-    if subcommand == "push" and _git_push_options(args)[1]:
-        return _PATTERNS["git-push-delete"].match(context.shown)
-    return None
-
-
-def _check_git_reset_hard(context: _Context) -> DangerMatch | None:
-    subcommand, args = _git(context)
-    if subcommand == "reset" and "--hard" in _long_flags(args):
-        return _PATTERNS["git-reset-hard"].match(context.shown)
-    return None
-
-
-def _check_git_clean(context: _Context) -> DangerMatch | None:
-    subcommand, args = _git(context)
-    if subcommand != "clean":
+def _check_git(pattern_id: str) -> _Check:
+    def check(context: _Context) -> DangerMatch | None:
+        if context.program == "git" and git_danger(context.args) == pattern_id:
+            return _PATTERNS[pattern_id].match(context.shown)
         return None
-    letters, longs = _short_flags(args), _long_flags(args)
-    if ("f" in letters or "--force" in longs) and not ("n" in letters or "--dry-run" in longs):
-        return _PATTERNS["git-clean"].match(context.shown)
-    return None
+
+    return check
 
 
 def _check_system_power(context: _Context) -> DangerMatch | None:
@@ -1158,10 +1123,13 @@ _CHECKS: dict[str, _Check] = {
     "world-writable": _check_world_writable,
     "privilege-escalation": _check_privilege_escalation,
     "secret-path": _check_secret_path,
-    "git-force-push": _check_git_force_push,
-    "git-push-delete": _check_git_push_delete,
-    "git-reset-hard": _check_git_reset_hard,
-    "git-clean": _check_git_clean,
+    "git-force-push": _check_git("git-force-push"),
+    "git-push-delete": _check_git("git-push-delete"),
+    "git-reset-hard": _check_git("git-reset-hard"),
+    "git-clean": _check_git("git-clean"),
+    "git-rm-recursive": _check_git("git-rm-recursive"),
+    "git-discard": _check_git("git-discard"),
+    "git-daemon": _check_git("git-daemon"),
     "system-power": _check_system_power,
     "mass-kill": _check_mass_kill,
     "firewall-change": _check_firewall_change,
