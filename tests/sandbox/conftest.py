@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import subprocess
 import tempfile
@@ -15,15 +16,26 @@ from bot.sandbox import Sandbox, SandboxPolicy
 from bot.tools.shell import Bash
 from bot.tools.workspace import Workspace
 
+# CI sets this: there a missing sandbox is a failure, not a reason to skip.
+REQUIRE = "BATON_TEST_REQUIRE_SANDBOX"
+
+
+def require(found: Sandbox) -> Sandbox:
+    """`found` if it works; else skip saying why, or fail where CI requires a sandbox."""
+    if not found.available:
+        message = f"no sandbox on this machine: {found.reason}"
+        if os.environ.get(REQUIRE):
+            pytest.fail(f"{message} ({REQUIRE} is set)")
+        pytest.skip(message)
+    return found
+
 
 @pytest.fixture(scope="session")
 def sandbox() -> Sandbox:
-    """The machine's sandbox, probed once; skips (with bwrap's reason) when none works."""
+    """The machine's sandbox, probed once."""
     with tempfile.TemporaryDirectory() as directory:
         found = asyncio.run(Sandbox.probe(SandboxPolicy.for_workspace(Path(directory))))
-    if not found.available:
-        pytest.skip(f"no sandbox on this machine: {found.reason}")
-    return found
+    return require(found)
 
 
 @dataclass

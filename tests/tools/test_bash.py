@@ -12,6 +12,7 @@ from bot.sandbox import Sandbox, SandboxPolicy, minimal_environment
 from bot.tools import Workspace
 from bot.tools.shell import Bash, BashArgs
 from tests.processes import alive
+from tests.sandbox.conftest import require
 
 
 async def test_runs_in_the_workspace_and_reports_exit_code(workspace: Workspace) -> None:
@@ -127,9 +128,7 @@ async def test_a_sandboxed_bash_keeps_the_tools_contract(tmp_path: Path) -> None
     root = tmp_path / "ws"
     root.mkdir()
     workspace = Workspace(root)
-    sandbox = await Sandbox.probe(SandboxPolicy.for_workspace(root))
-    if not sandbox.available:
-        pytest.skip(f"no sandbox on this machine: {sandbox.reason}")
+    sandbox = require(await Sandbox.probe(SandboxPolicy.for_workspace(root)))
     bash = Bash(workspace, sandbox=sandbox, output_limit=1000)
     assert bash.sandboxed
     out = await bash.run(BashArgs(command="pwd; echo oops >&2; exit 4"))
