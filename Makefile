@@ -29,6 +29,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.fanout
 	$(BIN)/python -m bench.ack_latency
+	$(BIN)/python -m bench.sandbox
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
