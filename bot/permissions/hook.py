@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
@@ -9,13 +10,14 @@ from pathlib import Path, PurePosixPath
 from bot.engine.hooks import HookDecision, ToolInvocation
 from bot.errors import WorkspaceError
 from bot.permissions.danger import find_command_danger, find_path_danger
+from bot.permissions.git_args import git_allow_problem
+from bot.permissions.plain import plain_commands
 from bot.permissions.rules import PermissionRules, Rule
 from bot.permissions.shell_words import (
     CommandParseError,
     command_words,
     effective_command,
     redirect_targets,
-    redirections,
     split_segments,
 )
 from bot.tools.base import Tool
@@ -32,13 +34,28 @@ class PermissionHook:
     """Decides allow / deny / ask for each tool call from the rules in baton.yaml.
 
     Order: a deny rule refuses; a protected path refuses; a built-in danger pattern
-    asks (its reason is the one reported, whatever `allow` says); an ask rule asks;
-    an allow rule allows; otherwise read-only tools are allowed and the rest ask.
+    asks (its reason is the one reported, whatever `allow` says); without a sandbox
+    every `bash` call asks; then an ask rule with a pattern, an allow rule with a
+    pattern, a bare ask rule, a bare allow rule; otherwise read-only tools are allowed
+    and the rest ask. An allow rule with a pattern approves a `bash` command only when
+    it is made of plain literal commands (:func:`plain_commands`), each naming the
+    rule's program exactly, and git calls that cannot run programs or write elsewhere.
     """
 
-    def __init__(self, rules: PermissionRules, workspace: Workspace) -> None:
+    def __init__(
+        self, rules: PermissionRules, workspace: Workspace, *, sandboxed: bool = True
+    ) -> None:
+        """Hold the rules for one workspace.
+
+        Args:
+            rules: The parsed `permissions` section.
+            workspace: The workspace the tools work in (protected and private files).
+            sandboxed: False when no OS sandbox could be made: then every `bash` call
+                asks, whatever `allow` says, since nothing would contain it.
+        """
         self.rules = rules
         self.workspace = workspace
+        self.sandboxed = sandboxed
 
     async def __call__(self, invocation: ToolInvocation) -> HookDecision:
         return self.check(invocation.tool, invocation.arguments)
@@ -71,11 +88,19 @@ class PermissionHook:
     def _decide(self, tool: Tool, *, every: list[str], exact: list[str]) -> HookDecision:
         if denied := _first_match(self.rules.deny, tool, every):
             return HookDecision.deny(f"the rule deny: {denied.text} forbids it")
-        if asked := _first_match(self.rules.ask, tool, every):
+        if asked := _first_match(_with_pattern(self.rules.ask), tool, every):
             return HookDecision.ask(f"the rule ask: {asked.text} matches it")
-        if allowed := _first_match(self.rules.allow, tool, exact):
+        if allowed := _first_match(_with_pattern(self.rules.allow), tool, exact):
             return HookDecision.allow(f"the rule allow: {allowed.text} matches it")
-        return self._default(tool)
+        return self._bare(tool) or self._default(tool)
+
+    def _bare(self, tool: Tool) -> HookDecision | None:
+        """What a rule naming the tool alone says: a bare ask beats a bare allow."""
+        if asked := _first_match(_bare(self.rules.ask), tool, []):
+            return HookDecision.ask(f"the rule ask: {asked.text} matches it")
+        if allowed := _first_match(_bare(self.rules.allow), tool, []):
+            return HookDecision.allow(f"the rule allow: {allowed.text} matches it")
+        return None
 
     def _resolved(self, value: str) -> Path | None:
         try:
@@ -97,19 +122,54 @@ class PermissionHook:
             return HookDecision.deny(f"the rule deny: {denied.text} forbids it")
         if reason := self._protected_reason(command):
             return HookDecision.deny(reason)
-        if danger := find_command_danger(command):
+        danger = find_command_danger(command)
+        if not self.sandboxed:
+            # Nothing would contain it: no rule approves it, a person reads it.
+            reason = "this command runs unsandboxed (no OS sandbox could be made here)"
+            if danger is not None:
+                reason = f"{danger.reason} And {reason}."
+            return HookDecision.ask(reason, risk=danger.pattern if danger else "unsandboxed")
+        if danger is not None:
             return HookDecision.ask(danger.reason, risk=danger.pattern)
-        if asked := _first_match(self.rules.ask, tool, every):
+        if asked := _first_match(_with_pattern(self.rules.ask), tool, every):
             return HookDecision.ask(f"the rule ask: {asked.text} matches it")
-        # A compound command is allowed only when every part of it is: an allow rule for
-        # `git status*` must not let `git status && curl …` through, nor `git status >
-        # file`, which writes where the rule never said.
-        if parsed and not any(_writes(s) for s in parsed):
-            allowing = [_first_match(self.rules.allow, tool, [part]) for part in written]
-            if all(allowing):
-                names = ", ".join(sorted({rule.text for rule in allowing if rule}))
-                return HookDecision.allow(f"the rule allow: {names} matches it")
+        allowed, problem = self._allowed_by_pattern(tool, command)
+        if allowed is not None:
+            return allowed
+        if bare := self._bare(tool):
+            return bare
+        if problem is not None:
+            return HookDecision.ask(problem)
         return self._default(tool)
+
+    def _allowed_by_pattern(
+        self, tool: Tool, command: str
+    ) -> tuple[HookDecision | None, str | None]:
+        """An allow decision from rules with a pattern, or why they cannot give one.
+
+        Every command must be plain and literal, and named exactly by some rule; a
+        compound command is allowed only when every part is, so an allow rule for
+        `git status*` does not let `git status && curl ...` or `git status > f` through.
+        """
+        rules = [rule for rule in _with_pattern(self.rules.allow) if rule.tool == tool.name]
+        if not rules:
+            return None, None
+        commands = plain_commands(command)
+        if commands is None:
+            return None, (
+                "allow rules approve only plain commands, and this one has shell syntax "
+                "they cannot vouch for (expansions, globs, redirections to files, ...)"
+            )
+        names: list[str] = []
+        for argv in commands:
+            rule = next((r for r in rules if r.matches_argv(tool.name, argv)), None)
+            if rule is None:
+                return None, None
+            if argv[0] == "git" and (problem := git_allow_problem(argv[1:])):
+                return None, problem
+            names.append(rule.text)
+        listed = ", ".join(sorted(set(names)))
+        return HookDecision.allow(f"the rule allow: {listed} matches it"), None
 
     def _default(self, tool: Tool) -> HookDecision:
         if tool.read_only:
@@ -154,6 +214,12 @@ class PermissionHook:
         for path in files:
             if word == str(path):
                 return True
+            if _globs(word) and fnmatch.fnmatchcase(path.name, PurePosixPath(word).name):
+                # `cat baton.d?`: bash would expand the glob to the file
+                parent = str(PurePosixPath(word).parent)
+                folder = Path(parent) if os.path.isabs(parent) else self.workspace.root / parent
+                if os.path.realpath(folder) == str(path.parent):
+                    return True
             if PurePosixPath(word).name == path.name:
                 candidate = Path(word) if os.path.isabs(word) else self.workspace.root / word
                 if os.path.realpath(candidate) == str(path):
@@ -161,18 +227,16 @@ class PermissionHook:
         return False
 
 
-HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
+def _globs(word: str) -> bool:
+    return any(char in word for char in "*?[")
 
 
-def _writes(segment: Sequence[str]) -> bool:
-    """Whether a part of a command writes to a file through a redirection."""
-    for operator, target in redirections(segment):
-        duplicates_a_descriptor = operator.endswith("&") and (target.isdigit() or target == "-")
-        if ">" not in operator or duplicates_a_descriptor or target.startswith("&"):
-            continue
-        if target not in HARMLESS_TARGETS:
-            return True
-    return False
+def _with_pattern(rules: Sequence[Rule]) -> list[Rule]:
+    return [rule for rule in rules if rule.pattern is not None]
+
+
+def _bare(rules: Sequence[Rule]) -> list[Rule]:
+    return [rule for rule in rules if rule.pattern is None]
 
 
 def _effective_text(segment: Sequence[str]) -> str:

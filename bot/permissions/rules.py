@@ -79,10 +79,40 @@ class Rule:
         regex = glob_to_regex(self.pattern, kind)
         return any(regex.fullmatch(value) for value in values)
 
+    def matches_argv(self, tool: str, argv: Sequence[str]) -> bool:
+        """Whether this command rule, which has a pattern, covers one plain command.
+
+        The program must be exactly the rule's first word (a trailing ``*`` removed, as
+        in ``ls*``): ``ls/../x``, ``/bin/ls``, ``lsblk`` are not ``ls``. The rest of the
+        pattern is a glob on the other arguments joined by single spaces.
+
+        Args:
+            tool: The tool called.
+            argv: The command's words, as :func:`plain_commands` gives them.
+
+        Returns:
+            Whether the rule allows this command.
+        """
+        if tool != self.tool or self.pattern is None or not argv:
+            return False
+        head, _, tail = self.pattern.strip().partition(" ")
+        if not tail and head.endswith("*"):
+            program, rest = head.rstrip("*"), "*"
+        else:
+            program, rest = head, tail.strip()
+        if not program or argv[0] != program:
+            return False
+        return glob_to_regex(rest, "command").fullmatch(" ".join(argv[1:])) is not None
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PermissionRules:
-    """The three rule lists; deny beats ask beats allow."""
+    """The three rule lists.
+
+    Deny beats everything; then an ask rule with a pattern, an allow rule with a
+    pattern, a bare ask rule, a bare allow rule: `allow: ["bash(git status*)"]` with
+    `ask: [bash]` lets `git status` run and asks for the rest.
+    """
 
     allow: tuple[Rule, ...] = ()
     ask: tuple[Rule, ...] = ()

