@@ -55,9 +55,11 @@ class SandboxPolicy:
     ) -> SandboxPolicy:
         """The standard policy: Baton's protected names plus the caller's paths.
 
-        Every path is made absolute and symlink-free here, so the profile compares
-        real locations. Each of `databases` (SQLite files) is masked together with its
-        journal, WAL and shared-memory files.
+        Every path is made absolute here with its directory's symlinks resolved, so
+        the profile compares real locations; the last component is kept as named,
+        so a protected name that is itself a link is seen (and refused) by the profile.
+        Each of `databases` (SQLite files) is masked together with its journal, WAL
+        and shared-memory files.
         """
         root = workspace.expanduser().resolve()
         protected = [root / name for name in PROTECTED_NAMES]
@@ -74,7 +76,8 @@ class SandboxPolicy:
 
 
 def _real(path: Path | str) -> Path:
-    return Path(path).expanduser().resolve()
+    absolute = Path(path).expanduser().absolute()
+    return absolute.parent.resolve() / absolute.name
 
 
 def _is_companion(path: Path) -> bool:

@@ -33,6 +33,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.errors import WorkspaceError
 from bot.sandbox.policy import SandboxPolicy
 
 SANDBOX_HOME = Path("/home/sandbox")
@@ -75,6 +76,11 @@ def build_profile(
         empty_file: An empty host file nobody else writes, bound over masked files.
         held: Placeholders another running call created; they count as missing, so
             this call masks them too instead of treating them as the user's files.
+
+    Raises:
+        WorkspaceError: A protected path, or a directory on the way to one, is a
+            symbolic link. A link cannot be made read-only (mounts follow it, and the
+            command could replace it), so the call is refused rather than run open.
     """
     workspace = _WorkspaceMounts(policy, frozenset(held), empty_file)
     arguments = [
@@ -167,6 +173,11 @@ class _WorkspaceMounts:
         current = self.root
         for part in path.relative_to(self.root).parts:
             current = current / part
+            if current not in self.held and current.is_symlink():
+                raise WorkspaceError(
+                    f"{current} is a symbolic link, so the sandbox cannot keep {path} "
+                    "protected; replace the link with the real file or directory"
+                )
             if self._missing(current):
                 if not self._covered(current):
                     yield current, "placeholder"

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from bot.errors import WorkspaceError
 from bot.sandbox.environment import minimal_environment
 from bot.sandbox.policy import SandboxPolicy
 from bot.sandbox.profile import SANDBOX_HOME, build_profile, is_placeholder
@@ -97,6 +98,8 @@ class Sandbox:
                     return cls.unavailable(f"{binary} did not finish within {PROBE_TIMEOUT_S} s")
         except OSError as exc:
             return cls.unavailable(f"{binary} could not be started: {exc}")
+        except WorkspaceError as exc:
+            return cls.unavailable(str(exc))
         if process.returncode != 0:
             message = stderr.decode("utf-8", errors="replace").strip() or "no message"
             return cls.unavailable(

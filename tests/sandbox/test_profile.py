@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
+from bot.errors import WorkspaceError
 from bot.sandbox import Sandbox, SandboxPolicy, build_profile, sqlite_companions
 from bot.sandbox.profile import SANDBOX_HOME
 
@@ -112,3 +115,17 @@ def test_a_failing_bwrap_reports_its_message(tmp_path: Path) -> None:
     sandbox = asyncio.run(Sandbox.probe(SandboxPolicy.for_workspace(tmp_path), binary=fake))
     assert not sandbox.available
     assert "No permissions to create new namespace" in sandbox.reason
+
+
+def test_a_protected_name_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (root / ".baton").symlink_to(tmp_path / "elsewhere")
+    policy = SandboxPolicy.for_workspace(root)
+    assert root / ".baton" in policy.read_only
+    with pytest.raises(WorkspaceError, match="symbolic link"):
+        build_profile(policy, empty_file=tmp_path / "empty")
+    sandbox = asyncio.run(Sandbox.probe(policy, binary=Path("/bin/true")))
+    assert not sandbox.available
+    assert "symbolic link" in sandbox.reason
