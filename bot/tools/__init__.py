@@ -4,7 +4,7 @@ from collections.abc import Mapping
 
 from bot.tools.base import Tool, ToolArguments, ToolRegistry, cap_output
 from bot.tools.files import EditFile, ListDir, ReadFile, WriteFile
-from bot.tools.search import Glob, Grep, SecretCheck
+from bot.tools.search import DEFAULT_GREP_DEADLINE_S, Glob, Grep, SecretCheck
 from bot.tools.shell import Bash
 from bot.tools.workspace import Workspace
 
@@ -14,8 +14,12 @@ def build_workspace_tools(
     *,
     environment: Mapping[str, str] | None = None,
     is_secret: SecretCheck | None = None,
+    grep_deadline_s: float = DEFAULT_GREP_DEADLINE_S,
 ) -> ToolRegistry:
-    """Every built-in tool, working in `workspace`; grep skips files `is_secret` flags."""
+    """Every built-in tool, working in `workspace`; grep skips files `is_secret` flags.
+
+    grep stops after `grep_deadline_s` seconds and reports what it found by then.
+    """
     return ToolRegistry(
         [
             ReadFile(workspace),
@@ -23,7 +27,7 @@ def build_workspace_tools(
             EditFile(workspace),
             ListDir(workspace),
             Glob(workspace),
-            Grep(workspace, is_secret=is_secret),
+            Grep(workspace, is_secret=is_secret, deadline_s=grep_deadline_s),
             Bash(workspace, environment=environment),
         ]
     )
