@@ -23,6 +23,9 @@ from bot.permissions.shell_words import (
 from bot.tools.base import Tool
 from bot.tools.workspace import PROTECTED_DIR, Workspace
 
+# File tools whose object is one file's content; grep skips hard-linked files itself.
+HARD_LINK_TOOLS = frozenset({"read_file", "write_file", "edit_file"})
+
 # Programs that only read: naming a protected path in them is harmless.
 READ_ONLY_PROGRAMS = frozenset(
     {"cat", "ls", "head", "tail", "less", "more", "grep", "rg", "wc", "stat", "file", "diff",
@@ -83,7 +86,23 @@ class PermissionHook:
                 if denied := _first_match(self.rules.deny, tool, every):
                     return HookDecision.deny(f"the rule deny: {denied.text} forbids it")
                 return HookDecision.ask(danger.reason, risk=danger.pattern)
-        return self._decide(tool, every=every, exact=exact)
+        decision = self._decide(tool, every=every, exact=exact)
+        if decision.action == "allow" and tool.name in HARD_LINK_TOOLS:
+            # Another name of a file may lie outside the workspace: a person decides.
+            # The tool checks the count again on what it opens, unless a person said yes.
+            if (links := self._hard_links(value)) > 1:
+                return HookDecision.ask(
+                    f"{value!r} has {links} hard links: the same file may also lie outside "
+                    "the workspace",
+                    risk="hard-link",
+                )
+        return decision
+
+    def _hard_links(self, value: str) -> int:
+        try:
+            return self.workspace.hard_link_count(value)
+        except (WorkspaceError, OSError):
+            return 0
 
     def _decide(self, tool: Tool, *, every: list[str], exact: list[str]) -> HookDecision:
         if denied := _first_match(self.rules.deny, tool, every):

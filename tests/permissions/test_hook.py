@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from bot.engine import HookDecision
 from bot.permissions.hook import PermissionHook
 from bot.permissions.rules import PermissionRules
 from bot.tools import Workspace, build_workspace_tools
+from bot.tools.files import ReadFile, WriteFile
 
 DESIGN_RULES = PermissionRules.parse(
     allow=["read_file", "list_dir", "glob", "grep", "bash(git status*)"],
@@ -230,3 +232,24 @@ def test_the_database_is_off_limits_to_every_tool(tmp_path: Path) -> None:
 
     with pytest.raises(WorkspaceError, match="database"):
         workspace.resolve("baton.db")
+
+
+async def test_a_file_with_several_hard_links_asks_even_when_reading_is_allowed(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not yours\n")
+    os.link(outside, workspace.root / "linked.txt")
+    (workspace.root / "plain.txt").write_text("yours\n")
+    hook = PermissionHook(PermissionRules.parse(allow=["read_file", "write_file"]), workspace)
+    read = ReadFile(workspace)
+    decision = hook.check(read, read.parse_arguments('{"path": "linked.txt"}'))
+    assert decision.action == "ask"
+    assert "2 hard links" in decision.reason and decision.risk == "hard-link"
+    write = WriteFile(workspace)
+    decision = hook.check(write, write.parse_arguments('{"path": "linked.txt", "content": "x"}'))
+    assert decision.action == "ask"
+    assert hook.check(read, read.parse_arguments('{"path": "plain.txt"}')).action == "allow"
+    # A denial stays a denial; a question of another rule keeps its own reason.
+    hook = PermissionHook(PermissionRules.parse(deny=["read_file(linked.txt)"]), workspace)
+    assert hook.check(read, read.parse_arguments('{"path": "linked.txt"}')).action == "deny"
