@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import sys
 import threading
@@ -23,11 +24,14 @@ from bot.engine import (
     ToolResult,
     ToolStart,
 )
+from bot.redaction import Redactor
 from bot.sessions import UnknownAgentError
 from bot.store import SessionKey
 from bot.store.tasks import TaskRecord
 from bot.subagents import SubAgentEvent
 from bot.subagents.runner import describe_event
+
+logger = logging.getLogger(__name__)
 
 STATE_MARKS = {"running": "●", "completed": "✓", "failed": "✗", "cancelled": "⊘"}
 
@@ -70,6 +74,8 @@ class TerminalChat:
     def __init__(self, baton: Baton, key: SessionKey, *, stdin: TextIO, stdout: TextIO) -> None:
         self.baton = baton
         self.key = key
+        # Error texts quote database URLs, SQL parameters and headers: never shown whole.
+        self.redact = Redactor(baton.settings.secret_values)
         self.stdin = stdin
         self.out = stdout
         self._approval_lock = asyncio.Lock()
@@ -133,6 +139,10 @@ class TerminalChat:
             if not turn.cancelled():
                 raise
             self.line("⊘ stopped")
+        except Exception as exc:
+            # The traceback holds what redaction removes; --log-level DEBUG shows it.
+            logger.debug("turn failed", exc_info=True)
+            self.line(self.redact(f"✗ Something went wrong: {type(exc).__name__}: {exc}"))
         finally:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
@@ -156,7 +166,7 @@ class TerminalChat:
             return
         self.line(f"◆ {outcome.agent} ({outcome.task_id}, {outcome.state}):")
         if outcome.error:
-            self.line(f"✗ {outcome.error}")
+            self.line(f"✗ {self.redact(outcome.error)}")
         self.line(outcome.text or "(no text)")
         self.line(
             f"── {outcome.turns} turns · {outcome.usage.prompt_tokens:,} in / "
@@ -174,7 +184,7 @@ class TerminalChat:
         if update.background:
             return  # background work is reported when it finishes
         if line := describe_event(update.event):
-            self.line(f"  [{update.agent}] {line}")
+            self.line(self.redact(f"  [{update.agent}] {line}"))
 
     async def notify_finished(self, record: TaskRecord) -> None:
         """Tell the person a background task of this session ended."""
@@ -200,12 +210,12 @@ class TerminalChat:
             self.line(f"{STATE_MARKS.get(task.state, '?')} {task.id} · {task.agent} · {task.state}")
             self.line(f"prompt: {task.prompt}")
             for entry in detail.log:
-                self.line(f"  {entry}")
+                self.line(f"  {self.redact(entry)}")
             if task.result:
                 self.line("— result —")
                 self.line(task.result)
             if task.error:
-                self.line(f"error: {task.error}")
+                self.line(f"error: {self.redact(task.error)}")
             return
         tasks = await self.baton.tracker.list(session_id=self.session_id)
         if not tasks:
@@ -236,11 +246,11 @@ class TerminalChat:
         elif isinstance(event, ToolResult):
             if event.is_error:
                 first = event.output.strip().splitlines()[0] if event.output.strip() else ""
-                self.line(f"  ✗ {event.name}: {first[:200]}")
+                self.line(f"  ✗ {event.name}: {self.redact(first)[:200]}")
             else:
                 self.line(f"  ✓ {event.name}")
         elif isinstance(event, ErrorEvent):
-            self.line(f"✗ {event.message}")
+            self.line(f"✗ {self.redact(event.message)}")
         elif isinstance(event, Done):
             note = " · stopped at the turn limit" if event.stop_reason == "max_turns" else ""
             self.line(

@@ -129,7 +129,9 @@ class Listeners:
                 )
                 return
             allowed = await self.approvers.may_decide(user, detail.task.started_by)
-            blocks = task_detail_blocks(detail, now=now, viewer_may_cancel=allowed)
+            blocks = task_detail_blocks(
+                self.threads.redacted_detail(detail), now=now, viewer_may_cancel=allowed
+            )
             await self._ephemeral(channel, user, f"Task {task_id}", blocks)
             return
         tasks = await self.baton.tracker.list(channel_id=channel, limit=PANEL_TASKS)
@@ -189,7 +191,8 @@ class Listeners:
         detail = await self.baton.tracker.get(task_id)
         if detail is None or detail.task.channel_id != _channel_of(body):
             return  # never show another channel's task
-        await self.client.views_open(trigger_id=body["trigger_id"], view=task_log_modal(detail))
+        view = task_log_modal(self.threads.redacted_detail(detail))
+        await self.client.views_open(trigger_id=body["trigger_id"], view=view)
 
     async def handle_log_page(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
@@ -203,8 +206,9 @@ class Listeners:
         detail = await self.baton.tracker.get(task_id)
         if detail is None:
             return
+        shown = self.threads.redacted_detail(detail)
         await self.client.views_update(
-            view_id=view["id"], hash=view.get("hash"), view=task_log_modal(detail, page=int(page))
+            view_id=view["id"], hash=view.get("hash"), view=task_log_modal(shown, page=int(page))
         )
 
     async def handle_cancel_task(self, ack: AsyncAck, body: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ import logging
 import time
 import uuid
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -25,6 +25,7 @@ from bot.engine import (
     ToolResult,
     ToolStart,
 )
+from bot.redaction import Redactor
 from bot.sessions import UnknownAgentError
 from bot.slack.answers import post_answer, post_messages, post_text
 from bot.slack.approvals import SlackApprovals
@@ -40,7 +41,7 @@ from bot.slack.text import (
 )
 from bot.store import SessionKey
 from bot.store.runs import RunStore
-from bot.store.tasks import TaskRecord
+from bot.store.tasks import TaskDetail, TaskRecord
 from bot.subagents import SubAgentEvent
 from bot.subagents.runner import describe_event
 
@@ -87,6 +88,9 @@ class SlackThreads:
         self.baton = baton
         self.client = client
         self.approvals = approvals
+        # Every error text bound for the thread passes through it: exceptions quote
+        # database URLs, SQL parameters and headers.
+        self.redact = Redactor(baton.settings.secret_values)
         self.run_store = RunStore(baton.database)
         self._cancel_watch: asyncio.Task[None] | None = None
         self.names = UserNames(client)
@@ -288,7 +292,7 @@ class SlackThreads:
             await self._report(run, reason)
         except Exception as exc:
             logger.exception("run %s failed", run.run_id)
-            reason = f"Something went wrong: {type(exc).__name__}: {exc}"
+            reason = self.redact(f"Something went wrong: {type(exc).__name__}: {exc}")
             final = f"✗ {reason}"
             await self._report(run, reason)
         finally:
@@ -298,7 +302,7 @@ class SlackThreads:
 
     async def _report(self, run: ActiveRun, text: str) -> None:
         """Say in the thread what went wrong (escaped, whole), through rate limits."""
-        message = error_message(text)
+        message = error_message(self.redact(text))
         try:
             await post_messages(
                 self.client, channel=run.channel, thread_ts=run.thread_ts, messages=[message]
@@ -378,7 +382,7 @@ class SlackThreads:
         header = f"*{agent}* · `{outcome.task_id}`"
         body = outcome.text or "(no answer text)"
         if outcome.state != "completed":
-            body = f"✗ {outcome.error or outcome.state}\n\n{body}"
+            body = f"✗ {self.redact(outcome.error or outcome.state)}\n\n{body}"
         await post_answer(
             self.client,
             channel=run.channel,
@@ -407,7 +411,7 @@ class SlackThreads:
     def _show(self, progress: ProgressMessage, event: RunEvent) -> None:
         if isinstance(event, ToolStart | ToolResult | ErrorEvent | ApprovalRequired):
             if line := describe_event(event):
-                progress.add(line)
+                progress.add(self.redact(line))
 
     def _show_child(
         self,
@@ -420,7 +424,7 @@ class SlackThreads:
         if isinstance(update.event, Done):
             usage[update.task_id] = (update.agent, update.event.usage.total_tokens)
         if line := describe_event(update.event):
-            progress.add(f"[{update.agent}] {line}")
+            progress.add(self.redact(f"[{update.agent}] {line}"))
 
     async def _keep_status(self, run: ActiveRun) -> None:
         """Show "is working…" in assistant threads, refreshed before it expires."""
@@ -535,6 +539,18 @@ class SlackThreads:
             self._cancel_watch.cancel()
             await asyncio.gather(self._cancel_watch, return_exceptions=True)
 
+    def redacted_task(self, record: TaskRecord) -> TaskRecord:
+        """`record` as people may see it: its error without credentials."""
+        return replace(record, error=self.redact(record.error) if record.error else record.error)
+
+    def redacted_detail(self, detail: TaskDetail) -> TaskDetail:
+        """`detail` as people may see it: its error and log lines without credentials."""
+        return replace(
+            detail,
+            task=self.redacted_task(detail.task),
+            log=tuple(self.redact(line) for line in detail.log),
+        )
+
     async def post_task_finished(self, record: TaskRecord) -> None:
         """Tell the thread that started a background task how it ended."""
         if not record.background:
@@ -543,7 +559,7 @@ class SlackThreads:
         if session is None or session.kind != "slack" or not session.channel_id:
             return
         assert session.thread_ts is not None
-        post = task_finished_message(record)
+        post = task_finished_message(self.redacted_task(record))
         await post_messages(
             self.client,
             channel=session.channel_id,
