@@ -92,3 +92,66 @@ def test_the_config_file_inside_the_workspace_is_protected(tmp_path: Path) -> No
 def test_a_missing_workspace_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(WorkspaceError, match="not a directory"):
         Workspace(tmp_path / "nope")
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("src/", "src"),
+        ("src/./a.py", "src/a.py"),
+        ("alias/../src/a.py", "src/a.py"),
+        ("new/../src/a.py", "src/a.py"),
+        ("deep/new/dir/x.txt", "deep/new/dir/x.txt"),
+        ("up/a.py", "src/a.py"),
+    ],
+)
+def test_paths_resolve_component_by_component(
+    workspace: Workspace, path: str, expected: str
+) -> None:
+    (workspace.root / "src").mkdir()
+    (workspace.root / "src" / "a.py").write_text("")
+    os.symlink("src", workspace.root / "alias")
+    os.symlink("src/../src", workspace.root / "up")
+    assert workspace.resolve(path) == workspace.root / expected
+
+
+@pytest.mark.parametrize(
+    ("link", "reason"),
+    [
+        ("..", "through a symbolic link"),
+        ("src/../..", "through a symbolic link"),
+        ("/etc", "through a symbolic link"),
+        ("a.txt/x", "not a directory"),
+    ],
+)
+def test_links_that_climb_out_are_refused(workspace: Workspace, link: str, reason: str) -> None:
+    (workspace.root / "src").mkdir()
+    (workspace.root / "a.txt").write_text("")
+    os.symlink(link, workspace.root / "bad")
+    with pytest.raises(WorkspaceError, match=reason):
+        workspace.resolve("bad/x")
+
+
+def test_hard_link_count_reads_the_object(workspace: Workspace, tmp_path: Path) -> None:
+    (workspace.root / "one.txt").write_text("")
+    os.link(workspace.root / "one.txt", workspace.root / "two.txt")
+    os.symlink("two.txt", workspace.root / "link")
+    assert workspace.hard_link_count("one.txt") == 2
+    assert workspace.hard_link_count("link") == 2
+    assert workspace.hard_link_count("nothing") == 0
+    assert workspace.hard_link_count(".") == 0
+    os.symlink(tmp_path, workspace.root / "out")
+    with pytest.raises(WorkspaceError, match="symbolic link"):
+        workspace.hard_link_count("out/x")
+
+
+def test_protection_follows_identity_not_name(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / ".baton").mkdir(parents=True)
+    (root / "baton.yaml").write_text("")
+    workspace = Workspace(root, protected_files=[root / "baton.yaml"])
+    os.link(root / "baton.yaml", root / "copy.yaml")
+    assert workspace.is_protected(workspace.resolve("copy.yaml"))
+    with pytest.raises(WorkspaceError, match="protected"):
+        workspace.resolve_for_write("copy.yaml")
+    assert not workspace.is_protected(workspace.resolve("free.yaml"))
