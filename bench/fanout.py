@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from bot.app import build_baton
-from bot.config import PermissionsConfig, Settings
+from bot.config import PermissionsConfig, SandboxConfig, Settings
 from bot.store import SessionKey
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
 
@@ -55,6 +55,8 @@ async def measure(children: int, latency: float) -> float:
                 openai_base_url=fake.url,
                 model="fake-model",
                 database_url=f"sqlite:///{root / 'bench.db'}",
+                database_origin="explicit",
+                state_dir=root / "state",
                 workspace=root / "ws",
                 config_path=None,
                 max_turns=50,
@@ -63,6 +65,7 @@ async def measure(children: int, latency: float) -> float:
                 approvers=(),
                 agent_dirs=(),
                 permissions=PermissionsConfig(),
+                sandbox=SandboxConfig(),
             )
             baton = await build_baton(settings)
             try:

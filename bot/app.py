@@ -12,11 +12,12 @@ import openai
 from sqlalchemy.engine import URL
 
 from bot.config import Settings
-from bot.engine import LLMClient
+from bot.engine import Hook, LLMClient
 from bot.errors import ConfigError
 from bot.permissions.danger import find_path_danger
 from bot.permissions.hook import PermissionHook
 from bot.permissions.rules import PermissionRules
+from bot.sandbox import Sandbox, SandboxPolicy
 from bot.sessions import Conversations, MainAgent, main_system_prompt
 from bot.store import Database, EventLedger, SessionStore
 from bot.store.instances import HEARTBEAT_EVERY_S, Instances
@@ -42,6 +43,8 @@ class Baton:
     workspace: Workspace
     tools: ToolRegistry
     permissions: PermissionHook
+    hooks: list[Hook]
+    sandbox: Sandbox
     agents: AgentRegistry
     tracker: TaskTracker
     runner: SubAgentRunner
@@ -49,6 +52,21 @@ class Baton:
     events: EventLedger
     instances: Instances
     heartbeat: asyncio.Task[None] | None = None
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether every `bash` call runs inside the OS sandbox."""
+        return self.sandbox.available
+
+    @property
+    def sandbox_notice(self) -> str | None:
+        """What people must know when commands cannot be contained; None when they can."""
+        if self.sandbox.available:
+            return None
+        return (
+            f"Commands run unsandboxed: {self.sandbox.reason}. Every bash call asks a "
+            "person first, whatever the rules allow."
+        )
 
     def start_heartbeat(self) -> None:
         """Keep telling other processes sharing the database that this one is alive."""
@@ -95,11 +113,24 @@ async def build_baton(settings: Settings) -> Baton:
             "(any model name your OpenAI-compatible server knows)"
         )
     database = Database(settings.database_url)
+    database_files = sqlite_files(database.engine.url)
+    config = [settings.config_path] if settings.config_path else []
+    # Baton's database and configuration are out of every tool's reach: the file tools
+    # refuse them by identity, the sandbox hides them.
     workspace = Workspace(
-        settings.workspace,
-        protected_files=[settings.config_path] if settings.config_path else [],
-        private_files=sqlite_files(database.engine.url),
+        settings.workspace, protected_files=config, private_files=[*database_files, *config]
     )
+    policy = SandboxPolicy.for_workspace(
+        workspace.root,
+        masked=config,
+        databases=database_files[:1],
+        network=settings.sandbox.network,
+    )
+    sandbox = await Sandbox.probe(policy)
+    if not sandbox.available:
+        logger.warning(
+            "no OS sandbox for commands (%s): every bash call will ask a person", sandbox.reason
+        )
     openai_client = openai.AsyncOpenAI(
         # A local OpenAI-compatible server often needs no key; the client insists on one.
         api_key=settings.openai_api_key or "not-needed",
@@ -113,6 +144,8 @@ async def build_baton(settings: Settings) -> Baton:
         workspace,
         environment=os.environ,
         is_secret=lambda path: find_path_danger(path) is not None,
+        sandbox=sandbox,
+        policy=policy,
     )
     permissions = PermissionHook(
         PermissionRules.parse(
@@ -121,14 +154,16 @@ async def build_baton(settings: Settings) -> Baton:
             deny=settings.permissions.deny,
         ),
         workspace,
+        sandboxed=sandbox.available,
     )
+    hooks: list[Hook] = [permissions]
     llm = LLMClient(openai_client)
     agents = build_agent_registry(settings)
     tracker = TaskTracker(TaskStore(database), instances)
     runner = SubAgentRunner(
         llm=llm,
         tracker=tracker,
-        hooks=[permissions],
+        hooks=hooks,
         workspace=workspace.root,
         skills_dir=workspace.protected_dir / "skills",
         default_max_turns=settings.max_turns,
@@ -138,7 +173,7 @@ async def build_baton(settings: Settings) -> Baton:
         llm=llm,
         model=model,
         tools=tools,
-        hooks=[permissions],
+        hooks=hooks,
         system_prompt=main_system_prompt(workspace.root),
         max_turns=settings.max_turns,
         registry=agents,
@@ -153,6 +188,8 @@ async def build_baton(settings: Settings) -> Baton:
         workspace=workspace,
         tools=tools,
         permissions=permissions,
+        hooks=hooks,
+        sandbox=sandbox,
         agents=agents,
         tracker=tracker,
         runner=runner,

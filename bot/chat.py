@@ -104,6 +104,8 @@ class TerminalChat:
             f"Baton chat · session {self.key.name!r}{resumed} · model {self.baton.model} · "
             f"workspace {self.baton.workspace.root}\n/help for commands, Ctrl-D to leave."
         )
+        if self.baton.sandbox_notice:
+            self.line(f"⚠ {self.baton.sandbox_notice}")
         while True:
             self.write("> ")
             text = await self.reader.next()

@@ -472,14 +472,27 @@ HOME_HINT = (
 
 
 def home_view(
-    *, running: int, done: int, tasks: Sequence[TaskRecord], now: datetime
+    *,
+    running: int,
+    done: int,
+    tasks: Sequence[TaskRecord],
+    now: datetime,
+    warning: str | None = None,
 ) -> dict[str, Any]:
-    """The App Home tab: task counts and the viewer's recent tasks (or how to start)."""
+    """The App Home tab: task counts and the viewer's recent tasks (or how to start).
+
+    `warning` is something every user should know before giving work (commands running
+    without a sandbox); it stands right under the title.
+    """
     blocks: list[Block] = [
         {
             "type": "header",
             "text": {"type": "plain_text", "text": _clip("Baton", HEADER_TEXT_LIMIT)},
         },
+    ]
+    if warning:
+        blocks.append(_section(f":warning: {escape_mrkdwn(_clip(warning, 2_000))}"))
+    blocks += [
         _section(_counts(running, done)),
         {"type": "divider"},
         _section("*Your recent tasks*"),

@@ -82,7 +82,13 @@ class Listeners:
         tasks = await self.baton.tracker.list(started_by=user_id, limit=HOME_TASKS)
         await self.client.views_publish(
             user_id=user_id,
-            view=home_view(running=running, done=done, tasks=tasks, now=datetime.now(UTC)),
+            view=home_view(
+                running=running,
+                done=done,
+                tasks=tasks,
+                now=datetime.now(UTC),
+                warning=self.baton.sandbox_notice,
+            ),
         )
 
     # -------------------------------------------------------------------- /tasks

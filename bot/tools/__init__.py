@@ -2,6 +2,7 @@
 
 from collections.abc import Mapping
 
+from bot.sandbox import Sandbox, SandboxPolicy
 from bot.tools.base import Tool, ToolArguments, ToolRegistry, cap_output
 from bot.tools.files import EditFile, ListDir, ReadFile, WriteFile
 from bot.tools.search import DEFAULT_GREP_DEADLINE_S, Glob, Grep, SecretCheck
@@ -15,10 +16,13 @@ def build_workspace_tools(
     environment: Mapping[str, str] | None = None,
     is_secret: SecretCheck | None = None,
     grep_deadline_s: float = DEFAULT_GREP_DEADLINE_S,
+    sandbox: Sandbox | None = None,
+    policy: SandboxPolicy | None = None,
 ) -> ToolRegistry:
     """Every built-in tool, working in `workspace`; grep skips files `is_secret` flags.
 
-    grep stops after `grep_deadline_s` seconds and reports what it found by then.
+    grep stops after `grep_deadline_s` seconds and reports what it found by then. bash
+    runs its commands in `sandbox` under `policy` when the sandbox is available.
     """
     return ToolRegistry(
         [
@@ -28,7 +32,7 @@ def build_workspace_tools(
             ListDir(workspace),
             Glob(workspace),
             Grep(workspace, is_secret=is_secret, deadline_s=grep_deadline_s),
-            Bash(workspace, environment=environment),
+            Bash(workspace, sandbox=sandbox, policy=policy, environment=environment),
         ]
     )
 
