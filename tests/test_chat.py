@@ -21,6 +21,8 @@ def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         for name, value in os.environ.items()
         if not name.startswith(("SLACK_", "OPENAI_", "BATON_")) and name != "DATABASE_URL"
     }
+    # Baton's own files stay in the test's directory, never in the real home.
+    env["BATON_STATE_DIR"] = str(tmp_path / "state")
     env.update(extra)
     return env
 

@@ -40,6 +40,7 @@ async def test_http_mode_serves_and_stops_gracefully_on_sigterm(tmp_path: Path) 
             SLACK_API_URL=slack.url, PORT=str(port), OPENAI_BASE_URL=llm.url,
             OPENAI_API_KEY="sk-test", BATON_MODEL="fake-model", BATON_WORKSPACE=str(workspace),
             DATABASE_URL=f"sqlite:///{tmp_path / 'baton.db'}",
+            BATON_STATE_DIR=str(tmp_path / "state"),
         )  # fmt: skip
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bot", cwd=tmp_path, env=env,

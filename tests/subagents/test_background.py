@@ -10,7 +10,7 @@ from bot.engine import ToolResult
 from bot.store.tasks import TaskRecord
 from bot.subagents.tracker import RESTART_REASON
 from tests.fakes.openai_api import ErrorReply, FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
-from tests.processes import alive
+from tests.processes import alive, running_with
 from tests.subagents.harness import (
     OTHER_THREAD,
     THREAD,
@@ -154,19 +154,20 @@ async def test_cancel_kills_the_childs_commands(tmp_path: Path, fake_llm: FakeOp
     router.main += [Reply(tool_calls=[background("explore", "sleep")]), Reply(text="ok")]
     router.children[EXPLORE] = [
         # No redirection: an allow rule never covers a command that writes through one.
-        Reply(tool_calls=[ToolCallSpec("bash", {"command": 'touch "pid-$$"; sleep 300'})])
+        Reply(tool_calls=[ToolCallSpec("bash", {"command": "sleep 300.4242"})])
     ]
     try:
         await run_turn(baton, "start")
         for _ in range(500):
-            if found := list(baton.workspace.root.glob("pid-*")):
+            if running := running_with("sleep 300.4242"):
                 break
             await asyncio.sleep(0.02)
-        pid = int(found[0].name.removeprefix("pid-"))
+        assert running, "the child's command never started"
         await baton.tracker.cancel("task-explore-1")
     finally:
         await baton.close()
-    assert not alive(pid)
+    assert not any(alive(pid) for pid in running)
+    assert not running_with("sleep 300.4242")
 
 
 async def test_background_children_never_wait_for_a_person(
