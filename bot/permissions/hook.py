@@ -186,9 +186,24 @@ class PermissionHook:
                 return None, None
             if argv[0] == "git" and (problem := git_allow_problem(argv[1:])):
                 return None, problem
+            if linked := self._hard_linked_word(argv[1:]):
+                # The sandbox cannot tell a second name of an outside file from a
+                # workspace file; read_file asks for it, so `cat` does too.
+                return None, (
+                    f"{linked!r} has several hard links: the same file may also lie outside "
+                    "the workspace"
+                )
             names.append(rule.text)
         listed = ", ".join(sorted(set(names)))
         return HookDecision.allow(f"the rule allow: {listed} matches it"), None
+
+    def _hard_linked_word(self, words: Sequence[str]) -> str | None:
+        """The first word naming a workspace file with more than one hard link."""
+        for word in words:
+            value = word.partition("=")[2] if word.startswith("--") else word
+            if value and not value.startswith("-") and self._hard_links(value) > 1:
+                return value
+        return None
 
     def _default(self, tool: Tool) -> HookDecision:
         if tool.read_only:

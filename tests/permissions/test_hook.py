@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -253,3 +254,22 @@ async def test_a_file_with_several_hard_links_asks_even_when_reading_is_allowed(
     # A denial stays a denial; a question of another rule keeps its own reason.
     hook = PermissionHook(PermissionRules.parse(deny=["read_file(linked.txt)"]), workspace)
     assert hook.check(read, read.parse_arguments('{"path": "linked.txt"}')).action == "deny"
+
+
+def test_an_allowed_command_naming_a_hard_linked_file_asks(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not yours\n")
+    os.link(outside, workspace.root / "linked.txt")
+    (workspace.root / "plain.txt").write_text("yours\n")
+    bash = build_workspace_tools(workspace).get("bash")
+    assert bash is not None
+    hook = PermissionHook(PermissionRules.parse(allow=["bash(cat *)"]), workspace)
+
+    def decide(command: str) -> HookDecision:
+        return hook.check(bash, bash.parse_arguments(json.dumps({"command": command})))
+
+    assert decide("cat linked.txt").action == "ask"
+    assert "hard links" in decide("cat plain.txt linked.txt").reason
+    assert decide("cat plain.txt").action == "allow"
