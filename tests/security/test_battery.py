@@ -1,0 +1,196 @@
+"""The adversarial battery: every hostile call through the real hooks and the real tools.
+
+Two configurations, as issue 8 states them:
+
+* realistic (`allow: [read_file, list_dir, glob, grep, "bash(git *)", "bash(ls*)",
+  "bash(cat *)"]`, `ask: [write_file, edit_file]`): no call does harm without a person;
+* everything allowed, and every `bash` question answered yes: nothing escapes the
+  sandbox (no secret of the bot or outside the workspace in any output, nothing outside
+  written, protected paths and the database unchanged, no connection to a local
+  listener, no process left behind).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from bot.app import build_baton
+from bot.config import PermissionsConfig
+from tests.conftest import make_settings
+from tests.fakes.openai_api import FakeOpenAI
+from tests.security.attacks import ALL_ATTACKS, Attack
+from tests.security.harness import (
+    BOT_ENVIRONMENT,
+    ESCAPE_CANARIES,
+    UNASKED_CANARIES,
+    Arena,
+    Listener,
+    Outcome,
+    kill,
+    leftover_processes,
+    run_attack,
+    snapshot,
+)
+
+REALISTIC = PermissionsConfig(
+    allow=("read_file", "list_dir", "glob", "grep", "bash(git *)", "bash(ls*)", "bash(cat *)"),
+    ask=("write_file", "edit_file"),
+)
+EVERYTHING = PermissionsConfig(
+    allow=("bash", "read_file", "write_file", "edit_file", "list_dir", "glob", "grep"),
+)
+ESCAPE_FILES = (Path("/tmp/baton-escape-31337"), Path("/tmp/pwned"))
+
+# Ordinary work the realistic configuration must still let through, and what it shows.
+FRIENDLY = [
+    (Attack("friendly", "bash", {"command": "git status"}), "On branch main"),
+    (Attack("friendly", "bash", {"command": "git log --oneline -3"}), "initial"),
+    (Attack("friendly", "bash", {"command": "ls -la src"}), "app.py"),
+    (Attack("friendly", "bash", {"command": "cat README.md"}), "# Demo"),
+    (Attack("friendly", "bash", {"command": "git diff --stat && git status --short"}), "app.py"),
+    (Attack("friendly", "bash", {"command": "ls missing 2>/dev/null; ls docs"}), "guide.md"),
+    (Attack("friendly", "read_file", {"path": "src/app.py"}), "print('hello')"),
+    (Attack("friendly", "grep", {"pattern": "hel+o", "path": "src"}), "src/app.py:1:"),
+    (Attack("friendly", "glob", {"pattern": "**/*.md"}), "docs/guide.md"),
+    (Attack("friendly", "list_dir", {"path": "."}), "README.md"),
+]
+
+
+def require_sandbox(sandboxed: bool) -> None:
+    if sandboxed:
+        return
+    if os.environ.get("CI"):
+        pytest.fail("CI must run the sandboxed battery: no sandbox could be made here")
+    pytest.skip("no bubblewrap sandbox can be made on this machine")
+
+
+@asynccontextmanager
+async def open_arena(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llm: FakeOpenAI, *,
+    permissions: PermissionsConfig, database_in_workspace: bool,
+) -> AsyncIterator[Arena]:  # fmt: skip
+    for name, value in BOT_ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)
+    listener = Listener()
+    await listener.start()
+    arena = Arena(root=tmp_path, listener=listener)
+    monkeypatch.setenv("HOME", str(arena.home))
+    arena.lay_out(f"permissions:\n  allow: {list(permissions.allow)}\n")
+    database = arena.workspace / "baton.db" if database_in_workspace else arena.state_dir / "b.db"
+    settings = make_settings(
+        tmp_path, llm.url, permissions=permissions, config_path=arena.config,
+        state_dir=arena.state_dir, database_url=f"sqlite:///{database}",
+        slack_bot_token=BOT_ENVIRONMENT["SLACK_BOT_TOKEN"],
+        slack_signing_secret=BOT_ENVIRONMENT["SLACK_SIGNING_SECRET"],
+        openai_api_key=BOT_ENVIRONMENT["OPENAI_API_KEY"],
+    )  # fmt: skip
+    arena.baton = await build_baton(settings)
+    try:
+        yield arena
+    finally:
+        await arena.baton.close()
+        await listener.stop()
+
+
+async def battery(
+    arena: Arena, *, approve_bash: bool, canaries: tuple[str, ...], workspace_is_guarded: bool
+) -> list[Outcome]:
+    """Run every attack, each on a freshly laid workspace, and record what it harmed.
+
+    With `workspace_is_guarded`, changing the workspace's files without a person counts
+    as harm (the realistic rules never allow it); with everything allowed it does not.
+    """
+    outcomes = []
+    for attack in ALL_ATTACKS:
+        arena.refresh()
+        outside = arena.outside_snapshot()
+        protected = snapshot(arena.protected())
+        fixture = snapshot(arena.fixture_files())
+        connections = arena.listener.connections
+        outcome = await run_attack(arena, attack, approve_bash=approve_bash)
+        harms = outcome.harms
+        if outcome.ran:
+            harms.extend(f"printed {c!r}" for c in canaries if c in outcome.output)
+            unasked = outcome.decision.action == "allow" and workspace_is_guarded
+            if unasked and snapshot(arena.fixture_files()) != fixture:
+                harms.append("changed the workspace's files without a person")
+        if (after := arena.outside_snapshot()) != outside:
+            changed = sorted(set(after.items()) ^ set(outside.items()))
+            harms.append(f"changed files outside the workspace: {changed[:4]}")
+        if snapshot(arena.protected()) != protected:
+            harms.append("changed a protected path or the database")
+        if arena.listener.connections != connections:
+            harms.append("connected to the local listener")
+        if left := leftover_processes():
+            harms.append(f"left processes running: {left}")
+            kill(left)
+        for path in ESCAPE_FILES:
+            if path.exists():
+                harms.append(f"wrote {path} on the host")
+                path.unlink()
+        outcomes.append(outcome)
+    return outcomes
+
+
+def describe(harmful: list[Outcome]) -> str:
+    return "\n".join(
+        f"{o.attack.label} -> {o.decision.action} ({o.decision.reason[:80]}): "
+        f"{'; '.join(o.harms)}"
+        for o in harmful
+    )
+
+
+def test_the_battery_is_large_and_covers_every_class() -> None:
+    kinds = {attack.kind for attack in ALL_ATTACKS}
+    assert len(ALL_ATTACKS) >= 150
+    assert kinds >= {
+        "quoting", "bot-secrets", "git-programs", "git-output", "git-danger", "globs",
+        "program-paths", "escape-files", "processes", "network", "file-tools",
+    }  # fmt: skip
+
+
+async def test_realistic_config_lets_no_attack_do_harm_without_a_person(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
+) -> None:
+    async with open_arena(
+        tmp_path, monkeypatch, fake_llm, permissions=REALISTIC, database_in_workspace=False
+    ) as arena:
+        assert arena.baton is not None
+        require_sandbox(arena.baton.sandboxed)
+        outcomes = await battery(
+            arena, approve_bash=False, canaries=UNASKED_CANARIES, workspace_is_guarded=True
+        )
+        harmful = [o for o in outcomes if o.harms]
+        assert not harmful, f"{len(harmful)} of {len(outcomes)} did harm:\n{describe(harmful)}"
+        allowed = [o for o in outcomes if o.decision.action == "allow"]
+        # Some hostile calls are allowed and must then have been harmless in the sandbox
+        # or refused by the tool; most ask.
+        assert allowed and len(allowed) < len(outcomes) // 2
+        for attack, expected in FRIENDLY:
+            arena.refresh()
+            outcome = await run_attack(arena, attack, approve_bash=False)
+            assert outcome.decision.action == "allow", (attack.label, outcome.decision)
+            assert expected in outcome.output, (attack.label, outcome.output)
+
+
+async def test_everything_allowed_and_approved_nothing_escapes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
+) -> None:
+    async with open_arena(
+        tmp_path, monkeypatch, fake_llm, permissions=EVERYTHING, database_in_workspace=True
+    ) as arena:
+        assert arena.baton is not None
+        require_sandbox(arena.baton.sandboxed)
+        outcomes = await battery(
+            arena, approve_bash=True, canaries=ESCAPE_CANARIES, workspace_is_guarded=False
+        )
+        escaped = [o for o in outcomes if o.harms]
+        assert not escaped, f"{len(escaped)} of {len(outcomes)} escaped:\n{describe(escaped)}"
+        ran = [o for o in outcomes if o.ran and o.attack.tool == "bash"]
+        assert len(ran) >= 100
+        assert os.getpid() and arena.baton.instances is not None
