@@ -21,8 +21,9 @@ def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         for name, value in os.environ.items()
         if not name.startswith(("SLACK_", "OPENAI_", "BATON_")) and name != "DATABASE_URL"
     }
-    # Baton's own files stay in the test's directory, never in the real home.
-    env["BATON_STATE_DIR"] = str(tmp_path / "state")
+    # Baton's own files stay beside the test's directory (which may be the workspace),
+    # never in the real home.
+    env["BATON_STATE_DIR"] = str(tmp_path.with_name(tmp_path.name + "-state"))
     env.update(extra)
     return env
 

@@ -15,6 +15,7 @@ import pytest
 from bot.sandbox import Sandbox, SandboxPolicy
 from bot.tools.shell import Bash
 from bot.tools.workspace import Workspace
+from tests.processes import running_with
 
 # CI sets this: there a missing sandbox is a failure, not a reason to skip.
 REQUIRE = "BATON_TEST_REQUIRE_SANDBOX"
@@ -92,18 +93,7 @@ def site(tmp_path: Path) -> Site:
 
 def processes_with(marker: str) -> list[int]:
     """Host PIDs whose command line holds `marker` (sandboxed PIDs differ from the host's)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        if marker.encode() in cmdline and "State:\tZ" not in status:
-            found.append(int(entry.name))
-    return found
+    return running_with(marker)
 
 
 async def wait_until_gone(marker: str, timeout_s: float = 5.0) -> list[int]:

@@ -12,7 +12,6 @@ Two configurations, as issue 8 states them:
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,6 +22,7 @@ from bot.app import build_baton
 from bot.config import PermissionsConfig
 from tests.conftest import make_settings
 from tests.fakes.openai_api import FakeOpenAI
+from tests.sandbox.conftest import require
 from tests.security.attacks import ALL_ATTACKS, Attack
 from tests.security.harness import (
     BOT_ENVIRONMENT,
@@ -59,14 +59,6 @@ FRIENDLY = [
     (Attack("friendly", "glob", {"pattern": "**/*.md"}), "docs/guide.md"),
     (Attack("friendly", "list_dir", {"path": "."}), "README.md"),
 ]
-
-
-def require_sandbox(sandboxed: bool) -> None:
-    if sandboxed:
-        return
-    if os.environ.get("CI"):
-        pytest.fail("CI must run the sandboxed battery: no sandbox could be made here")
-    pytest.skip("no bubblewrap sandbox can be made on this machine")
 
 
 @asynccontextmanager
@@ -161,7 +153,7 @@ async def test_realistic_config_lets_no_attack_do_harm_without_a_person(
         tmp_path, monkeypatch, fake_llm, permissions=REALISTIC, database_in_workspace=False
     ) as arena:
         assert arena.baton is not None
-        require_sandbox(arena.baton.sandboxed)
+        require(arena.baton.sandbox)
         outcomes = await battery(
             arena, approve_bash=False, canaries=UNASKED_CANARIES, workspace_is_guarded=True
         )
@@ -185,7 +177,7 @@ async def test_everything_allowed_and_approved_nothing_escapes(
         tmp_path, monkeypatch, fake_llm, permissions=EVERYTHING, database_in_workspace=True
     ) as arena:
         assert arena.baton is not None
-        require_sandbox(arena.baton.sandboxed)
+        require(arena.baton.sandbox)
         outcomes = await battery(
             arena, approve_bash=True, canaries=ESCAPE_CANARIES, workspace_is_guarded=False
         )
@@ -193,4 +185,9 @@ async def test_everything_allowed_and_approved_nothing_escapes(
         assert not escaped, f"{len(escaped)} of {len(outcomes)} escaped:\n{describe(escaped)}"
         ran = [o for o in outcomes if o.ran and o.attack.tool == "bash"]
         assert len(ran) >= 100
-        assert os.getpid() and arena.baton.instances is not None
+        # The bot outlived `kill -9 $PPID`, `kill -9 -1` and `pkill -f pytest`, and still works.
+        await arena.baton.instances.beat()
+        bash = arena.baton.tools.get("bash")
+        assert bash is not None
+        after = await bash.run(bash.parse_arguments('{"command": "echo still here"}'))
+        assert "still here" in after

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.openai_api import FakeOpenAI, Reply, ToolCallSpec
+from tests.sandbox.conftest import require
 from tests.slack.harness import ALICE, start_harness, until
 from tests.test_chat import base_env
 
@@ -80,8 +81,7 @@ async def test_app_home_warns_that_commands_run_unsandboxed(
 
 async def test_app_home_says_nothing_of_the_sandbox_when_there_is_one(tmp_path: Path) -> None:
     async with asynccontextmanager(start_harness)(tmp_path) as harness:
-        if not harness.baton.sandboxed:
-            pytest.skip("no bubblewrap sandbox can be made on this machine")
+        require(harness.baton.sandbox)
         event = {"type": "app_home_opened", "user": ALICE, "channel": "D1", "tab": "home",
                  "event_ts": "1.1"}  # fmt: skip
         assert (await harness.send_event(event)).status == 200

@@ -185,9 +185,12 @@ def test_render_agents_lists_agents_invalid_files_and_shadowing(tmp_path: Path) 
 
 
 def test_baton_agents_command(tmp_path: Path) -> None:
+    # A project directory of its own: the home directory is never a workspace.
+    project = tmp_path / "project"
+    project.mkdir()
     result = subprocess.run(
         [sys.executable, "-m", "bot", "agents"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        cwd=project, capture_output=True, text=True, timeout=60,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
