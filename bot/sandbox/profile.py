@@ -67,13 +67,19 @@ class Profile:
 
 
 def build_profile(
-    policy: SandboxPolicy, *, empty_file: Path, held: Collection[Path] = ()
+    policy: SandboxPolicy,
+    *,
+    empty_file: Path,
+    held: Collection[Path] = (),
+    git_config: Path | None = None,
 ) -> Profile:
     """bwrap's options for running one command under `policy`.
 
     Args:
         policy: What the command may see and change.
         empty_file: An empty host file nobody else writes, bound over masked files.
+        git_config: A host file shown read-only as the home's `.gitconfig` (the
+            identity commits made in the sandbox carry, unless the repository names one).
         held: Placeholders another running call created; they count as missing, so
             this call masks them too instead of treating them as the user's files.
 
@@ -86,7 +92,7 @@ def build_profile(
     arguments = [
         *_namespaces(policy.network),
         *_system(empty_file),
-        *_scratch(),
+        *_scratch(git_config),
         *(_resolver() if policy.network else []),
         *_bind("--bind", policy.workspace),
         *workspace.arguments(),
@@ -117,8 +123,11 @@ def _system(empty_file: Path) -> list[str]:
     return options
 
 
-def _scratch() -> list[str]:
-    return ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", str(SANDBOX_HOME)]
+def _scratch(git_config: Path | None) -> list[str]:
+    options = ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", str(SANDBOX_HOME)]
+    if git_config is not None:
+        options += ["--ro-bind", str(git_config), str(SANDBOX_HOME / ".gitconfig")]
+    return options
 
 
 def _resolver() -> list[str]:

@@ -18,6 +18,7 @@ from bot.sandbox.policy import SandboxPolicy
 from bot.sandbox.profile import SANDBOX_HOME, build_profile, is_placeholder
 
 PROBE_TIMEOUT_S = 10.0
+GIT_IDENTITY = "[user]\n\tname = Baton\n\temail = baton@localhost\n"
 
 
 def find_bwrap() -> Path | None:
@@ -51,7 +52,7 @@ class Sandbox:
         self.available = available
         self.reason = reason
         self._held: Counter[Path] = Counter()
-        self._empty_file: Path | None = None
+        self._private_dir: Path | None = None
 
     @classmethod
     def unavailable(cls, reason: str) -> Sandbox:
@@ -123,7 +124,10 @@ class Sandbox:
         """
         if not self.available or self.binary is None:
             raise RuntimeError(f"no sandbox: {self.reason}")
-        profile = build_profile(policy, empty_file=self._empty(), held=+self._held)
+        private = self._private_files()
+        profile = build_profile(
+            policy, empty_file=private / "empty", held=+self._held, git_config=private / "gitconfig"
+        )
         self._held.update(profile.placeholders)
         try:
             yield [str(self.binary), *profile.arguments, "--", *argv]
@@ -134,15 +138,21 @@ class Sandbox:
                     del self._held[path]
                     _remove_placeholder(path)
 
-    def _empty(self) -> Path:
-        """An empty read-only file in a private directory, bound over masked files."""
-        if self._empty_file is None or not self._empty_file.is_file():
+    def _private_files(self) -> Path:
+        """A private host directory with what every sandbox is shown read-only.
+
+        `empty` is bound over masked files. `gitconfig` becomes the home's
+        `.gitconfig`: an empty home would leave git without an identity, so commits
+        made in the sandbox are Baton's unless the repository's own config names one.
+        """
+        if self._private_dir is None or not (self._private_dir / "gitconfig").is_file():
             directory = Path(tempfile.mkdtemp(prefix="baton-sandbox-"))
-            empty = directory / "empty"
-            empty.touch(mode=0o444)
+            (directory / "empty").touch(mode=0o444)
+            (directory / "gitconfig").write_text(GIT_IDENTITY)
+            (directory / "gitconfig").chmod(0o444)
             weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
-            self._empty_file = empty
-        return self._empty_file
+            self._private_dir = directory
+        return self._private_dir
 
 
 def _remove_placeholder(path: Path) -> None:

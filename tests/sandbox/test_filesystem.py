@@ -47,9 +47,9 @@ async def test_writes_outside_the_workspace_fail(site: Site, sandbox: Sandbox) -
         assert not out.startswith("exit code 0"), (target, out)
     assert tree(site.root / "sibling") == before
     assert not any(map(os.path.lexists, ["/etc/baton-x", "/usr/baton-x"]))
-    # Scratch space exists but is private to the call.
+    # Scratch space exists but is private to the call; home holds only git's identity.
     assert await run(bash, "echo hi > /tmp/x && cat /tmp/x && echo $HOME && ls -A ~") == (
-        "exit code 0\nhi\n/home/sandbox\n"
+        "exit code 0\nhi\n/home/sandbox\n.gitconfig\n"
     )
     assert await run(bash, "cat /tmp/x") == (
         "exit code 1\ncat: /tmp/x: No such file or directory\n"
@@ -103,6 +103,24 @@ async def test_git_still_works_in_the_workspace(site: Site, sandbox: Sandbox) ->
         "git -c user.name=t -c user.email=t@example.com commit -qm first && git log --format=%s",
     )
     assert out == "exit code 0\nfirst\n"
+
+
+async def test_commits_are_baton_s_unless_the_repository_names_someone(
+    site: Site, sandbox: Sandbox
+) -> None:
+    bash = site.bash(sandbox)
+    out = await run(bash, "echo a > a.txt && git add a.txt && git commit -qm one && "
+                          "git log -1 --format='%an <%ae>'")  # fmt: skip
+    assert out == "exit code 0\nBaton <baton@localhost>\n"
+    # The identity is read-only, like the rest of what the sandbox is shown.
+    out = await run(bash, "git config --global user.name Mallory")
+    assert not out.startswith("exit code 0")
+    # The team's own identity in the repository wins (set by a person, outside).
+    config = site.workspace.root / ".git" / "config"
+    config.write_text(config.read_text() + "[user]\n\tname = Team\n\temail = team@example.com\n")
+    out = await run(bash, "echo b > b.txt && git add b.txt && git commit -qm two && "
+                          "git log -1 --format='%an <%ae>'")  # fmt: skip
+    assert out == "exit code 0\nTeam <team@example.com>\n"
 
 
 async def test_the_database_is_masked(site: Site, sandbox: Sandbox) -> None:
