@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from pathlib import Path
+
+import aiohttp
 
 
 def alive(pid: int) -> bool:
@@ -33,3 +37,22 @@ def running_with(*marks: str) -> list[int]:
         if any(mark in cmdline for mark in marks) and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
+
+
+async def wait_until_healthy(
+    http: aiohttp.ClientSession, base: str, process: asyncio.subprocess.Process, within: float = 30
+) -> None:
+    """Wait for a started bot to answer `GET /healthz`; fail with its stderr if it died."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            async with http.get(f"{base}/healthz") as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientConnectionError:
+            pass
+        assert time.monotonic() < deadline, "the bot did not start"
+        if process.returncode is not None:
+            stderr = await process.stderr.read() if process.stderr else b""
+            raise AssertionError(f"the bot exited: {stderr.decode(errors='replace')}")
+        await asyncio.sleep(0.1)

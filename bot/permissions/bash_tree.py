@@ -89,31 +89,24 @@ def _first_error(root: tree_sitter.Node) -> str:
 
 def unescape_unquoted(text: str) -> str:
     r"""Quote removal for an unquoted word: ``\X`` is ``X``, backslash-newline vanishes."""
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if char == "\\" and index + 1 < len(text):
-            if text[index + 1] != "\n":
-                out.append(text[index + 1])
-            index += 2
-            continue
-        out.append(char)
-        index += 1
-    return "".join(out)
+    return _remove_backslashes(text, escapable=None)
 
 
 def unescape_double_quoted(text: str) -> str:
     r"""Quote removal inside ``"..."``: only ``\$ \` \" \\`` and backslash-newline are escapes."""
+    return _remove_backslashes(text, escapable='$`"\\\n')
+
+
+def _remove_backslashes(text: str, *, escapable: str | None) -> str:
+    """Drop the backslash of each escape (any character when `escapable` is None)."""
     if "\\" not in text:
         return text
     out: list[str] = []
     index = 0
     while index < len(text):
         char = text[index]
-        if char == "\\" and index + 1 < len(text) and text[index + 1] in '$`"\\\n':
+        escapes = escapable is None or (index + 1 < len(text) and text[index + 1] in escapable)
+        if char == "\\" and index + 1 < len(text) and escapes:
             if text[index + 1] != "\n":
                 out.append(text[index + 1])
             index += 2

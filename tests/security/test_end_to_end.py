@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ import aiohttp
 from bot.slack.approval_views import APPROVE
 from tests.fakes.openai_api import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.slack_api import FakeSlackAPI
+from tests.processes import wait_until_healthy
 from tests.security.harness import BOT_ENVIRONMENT, OPENAI_KEY, Listener, leftover_processes
 from tests.slack.harness import ALICE, BOT, click_body, next_ts, sign, until
 from tests.slack.test_server import free_port
@@ -56,18 +56,7 @@ async def running_bot(
     base = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as http:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    async with http.get(f"{base}/healthz") as response:
-                        if response.status == 200:
-                            break
-                except aiohttp.ClientConnectionError:
-                    pass
-                assert time.monotonic() < deadline, "the bot did not start"
-                if process.returncode is not None:
-                    raise AssertionError((await process.stderr.read()).decode())  # type: ignore[union-attr]
-                await asyncio.sleep(0.1)
+            await wait_until_healthy(http, base, process)
             yield process, base, http
     finally:
         if process.returncode is None:

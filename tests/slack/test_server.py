@@ -8,13 +8,13 @@ import os
 import signal
 import socket
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
 
 from tests.fakes.openai_api import FakeOpenAI, Reply
 from tests.fakes.slack_api import FakeSlackAPI
+from tests.processes import wait_until_healthy
 from tests.slack.harness import ALICE, BOT, SIGNING_SECRET, next_ts, sign, until
 
 
@@ -49,17 +49,7 @@ async def test_http_mode_serves_and_stops_gracefully_on_sigterm(tmp_path: Path) 
         base = f"http://127.0.0.1:{port}"
         try:
             async with aiohttp.ClientSession() as http:
-                deadline = time.monotonic() + 30
-                while True:
-                    try:
-                        async with http.get(f"{base}/healthz") as response:
-                            if response.status == 200:
-                                break
-                    except aiohttp.ClientConnectionError:
-                        pass
-                    assert time.monotonic() < deadline, "the bot did not start"
-                    assert process.returncode is None, await process.stderr.read()  # type: ignore[union-attr]
-                    await asyncio.sleep(0.1)
+                await wait_until_healthy(http, base, process)
                 ts = next_ts()
                 text = f"<@{BOT}> finish this please"
                 slack.add_message("C1", text, ALICE, ts=ts)
