@@ -17,7 +17,7 @@ from bot.errors import ConfigError
 from bot.permissions.danger import find_path_danger
 from bot.permissions.hook import PermissionHook
 from bot.permissions.rules import PermissionRules
-from bot.sandbox import Sandbox, SandboxPolicy
+from bot.sandbox import Sandbox, SandboxPolicy, sqlite_companions
 from bot.sessions import Conversations, MainAgent, main_system_prompt
 from bot.store import Database, EventLedger, SessionStore
 from bot.store.instances import HEARTBEAT_EVERY_S, Instances
@@ -91,11 +91,10 @@ class Baton:
 
 
 def sqlite_files(url: URL) -> list[Path]:
-    """The files of a SQLite database (with its WAL and shared-memory files), if it is one."""
+    """The files of a SQLite database (with its journal, WAL and shared-memory files)."""
     if not url.drivername.startswith("sqlite") or not url.database or url.database == ":memory:":
         return []
-    path = Path(url.database).expanduser().resolve()
-    return [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+    return list(sqlite_companions(Path(url.database).expanduser().resolve()))
 
 
 def build_agent_registry(settings: Settings) -> AgentRegistry:

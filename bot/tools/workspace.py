@@ -30,6 +30,14 @@ from bot.tools.safe_open import (
 )
 
 PROTECTED_DIR = ".baton"
+# Directories and files in every workspace that make programs run for the next person
+# who types a git command there: readable, never writable by a tool.
+GIT_PROTECTED_DIRS = (".git/hooks", ".git/modules", ".git/worktrees")
+GIT_PROTECTED_FILES = (".git/config", ".git/commondir", ".git/config.worktree")
+PROTECTED_MESSAGE = (
+    f"is protected: Baton's configuration, {PROTECTED_DIR}/ and git's hooks and configuration "
+    "cannot be written by any tool"
+)
 # Walking `.baton/` for a hard-linked alias stops here; past it the file counts as protected.
 MAX_PROTECTED_SCAN = 10_000
 
@@ -80,7 +88,16 @@ class Workspace:
             raise WorkspaceError(f"the workspace {root_path} is not a directory")
         self.root = root_path.resolve()
         self.protected_dir = self.root / PROTECTED_DIR
-        self.protected_files = frozenset(Path(p).expanduser().resolve() for p in protected_files)
+        self.protected_dirs = (
+            self.protected_dir,
+            *(self.root / name for name in GIT_PROTECTED_DIRS),
+        )
+        self.protected_files = frozenset(
+            [
+                *(Path(p).expanduser().resolve() for p in protected_files),
+                *(self.root / name for name in GIT_PROTECTED_FILES),
+            ]
+        )
         self.private_files = frozenset(Path(p).expanduser().resolve() for p in private_files)
         # Absolute paths may name the root as it is, or as the operator spelled it
         # (through a symlink); anything else absolute is outside.
@@ -114,7 +131,7 @@ class Workspace:
         return Guard(
             private_ids=_identities(self.private_files),
             protected_ids=_identities(self.protected_files),
-            protected_dir_ids=_identities([self.protected_dir], lstat_too=True),
+            protected_dir_ids=_identities(self.protected_dirs, lstat_too=True),
         )
 
     def resolve(self, path: str) -> Path:
@@ -136,7 +153,7 @@ class Workspace:
 
         A pre-check for the permission hook; the tools check again on what they open.
         """
-        if resolved == self.protected_dir or resolved.is_relative_to(self.protected_dir):
+        if any(resolved.is_relative_to(directory) for directory in self.protected_dirs):
             return True
         if resolved in self.protected_files:
             return True
@@ -284,13 +301,11 @@ class Workspace:
 
     def _refuse_protected(self, path: str, found: Walk, guard: Guard) -> None:
         if self._is_protected_walk(found, guard):
-            raise WorkspaceError(
-                f"{path!r} is protected: Baton's configuration and {PROTECTED_DIR}/ "
-                "cannot be written by any tool"
-            )
+            raise WorkspaceError(f"{path!r} {PROTECTED_MESSAGE}")
 
     def _is_protected_walk(self, found: Walk, guard: Guard) -> bool:
-        if found.parts[:1] == (PROTECTED_DIR,):
+        here = self._absolute(found.parts)
+        if any(here.is_relative_to(directory) for directory in self.protected_dirs):
             return True
         if self._absolute(found.parts) in self.protected_files:
             return True
@@ -305,23 +320,23 @@ class Workspace:
         return stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and self._in_protected_dir(ident)
 
     def _in_protected_dir(self, ident: Identity) -> bool:
-        """Whether a hard-linked file is also a file under `.baton/` (an alias of it)."""
+        """Whether a hard-linked file is also a file under `.baton/` or `.git/hooks/`."""
         seen = 0
-        try:
-            walker = os.fwalk(self.protected_dir, follow_symlinks=False)
-            for _, _, files, dir_fd in walker:
-                for name in files:
-                    seen += 1
-                    if seen > MAX_PROTECTED_SCAN:
-                        return True
-                    try:
-                        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if identity(st) == ident:
-                        return True
-        except OSError:
-            return False
+        for directory in self.protected_dirs[:2]:
+            try:
+                for _, _, files, dir_fd in os.fwalk(directory, follow_symlinks=False):
+                    for name in files:
+                        seen += 1
+                        if seen > MAX_PROTECTED_SCAN:
+                            return True
+                        try:
+                            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                        except OSError:
+                            continue
+                        if identity(st) == ident:
+                            return True
+            except OSError:
+                continue
         return False
 
 

@@ -292,3 +292,41 @@ async def test_glob_never_walks_out_or_loops(workspace: Workspace, outside: Path
     assert await call(workspace, "glob", '{"pattern": "pkg/up/pkg/*.py"}') == "pkg/up/pkg/a.py"
     with pytest.raises(ToolError, match="stay inside"):
         await call(workspace, "glob", f'{{"pattern": "{outside}/*"}}')
+
+
+@pytest.mark.usefixtures("approved")
+async def test_git_hooks_and_configuration_are_readable_never_writable(
+    workspace: Workspace,
+) -> None:
+    """What makes git run programs for the next person stays as it is, approved or not."""
+    git = workspace.root / ".git"
+    (git / "hooks").mkdir(parents=True)
+    (git / "hooks" / "pre-commit.sample").write_text("#!/bin/sh\n")
+    (git / "config").write_text("[core]\n\tbare = false\n")
+    (git / "modules" / "lib").mkdir(parents=True)
+    (git / "modules" / "lib" / "config").write_text("[core]\n")
+    (workspace.root / "gh").symlink_to(".git/hooks")
+    (workspace.root / "gc").symlink_to(".git/config")
+    before = {p: p.read_bytes() for p in git.rglob("*") if p.is_file()}
+    attempts = [
+        ("edit_file", '{"path": ".git/config", "old_text": "[core]", '
+                      '"new_text": "[core]\\n\\tfsmonitor = \\"touch /tmp/x\\""}'),
+        ("write_file", '{"path": ".git/hooks/post-checkout", "content": "#!/bin/sh\\n"}'),
+        ("write_file", '{"path": "gh/pre-commit", "content": "#!/bin/sh\\n"}'),
+        ("write_file", '{"path": "gc", "content": "[core]\\n"}'),
+        ("write_file", '{"path": ".git/commondir", "content": "../evil\\n"}'),
+        ("write_file", '{"path": ".git/config.worktree", "content": "[core]\\n"}'),
+        ("write_file", '{"path": ".git/modules/lib/config", "content": "[core]\\n"}'),
+        ("write_file", '{"path": ".git/worktrees/x/gitdir", "content": "/tmp\\n"}'),
+        ("write_file", '{"path": "./src/../.git/hooks/../config", "content": "x"}'),
+    ]  # fmt: skip
+    for name, arguments in attempts:
+        with pytest.raises(WorkspaceError, match="git's hooks and configuration"):
+            await call(workspace, name, arguments)
+    assert {p: p.read_bytes() for p in git.rglob("*") if p.is_file()} == before
+    assert not (git / "commondir").exists() and not (git / "worktrees").exists()
+    assert "bare = false" in await call(workspace, "read_file", '{"path": ".git/config"}')
+    # The rest of .git is git's own working space, like the work tree.
+    assert "Created" in await call(
+        workspace, "write_file", '{"path": ".git/info/exclude", "content": "*.log\\n"}'
+    )
