@@ -227,6 +227,48 @@ NETWORK = _bash(
     "cat < /dev/tcp/localhost/LISTENER_PORT",
 )
 
+# Found by a red-team review of the first sandbox: writes that make the operator's next
+# git command run a program, work-destroying git commands, and the kernel's knobs.
+# A command prints ESCAPED-… only if the write it attempts succeeded.
+GIT_CONTROL = _bash(
+    "git-control",
+    "git merge-file -L 'x\necho INJECTED' -L b -L c README.md docs/guide.md src/app.py",
+    "git merge-file README.md README.md docs/guide.md",
+    "git merge-file untracked.txt untracked.txt /dev/null",
+    "git apply --unsafe-paths --directory=.git README.md",
+    "printf 'diff --git a/commondir b/commondir\nnew file mode 100644\n--- /dev/null\n"
+    "+++ b/commondir\n@@ -0,0 +1 @@\n+../evil\n' > p.diff; git apply --directory=.git p.diff",
+    "mkdir -p evil && cp -r .git/objects .git/refs .git/HEAD evil/ && printf '[core]\n\t"
+    "fsmonitor = \"touch /tmp/pwned; false\"\n' > evil/config && echo ../evil > "
+    ".git/commondir && echo ESCAPED-commondir",
+    "echo '[core]' > .git/config.worktree && echo ESCAPED-worktree-config",
+    "mkdir -p .git/modules/x/hooks && echo ESCAPED-modules",
+    "mkdir -p .git/worktrees/x && echo ESCAPED-worktrees",
+    "mv .git .git-old && printf 'gitdir: ../outside\n' > .git && echo ESCAPED-gitfile",
+    "git clean -n --no-dry-run -f -d -x",
+    "git clean -dxn --no-d -f",
+    "git stash --all && git stash clear",
+    "git add -A && git reset --merge",
+    "git checkout ':^nothing'",
+    "git checkout src",
+    "git checkout HEAD src/app.py",
+    "git rm -f -q src/app.py",
+    "git mv -f README.md untracked.txt",
+    "git branch -D main",
+    "git reflog expire --expire=now --all && git gc -q --prune=now",
+    "git update-ref -d refs/heads/main",
+    "git symbolic-ref HEAD refs/heads/nothing",
+    "v=$(cat /proc/sys/vm/swappiness); echo $v > /proc/sys/vm/swappiness && echo ESCAPED-sysctl",
+    "p=$(cat /proc/sys/kernel/core_pattern); echo \"$p\" > /proc/sys/kernel/core_pattern "
+    "&& echo ESCAPED-core-pattern",
+    "test -w /proc/sysrq-trigger && echo ESCAPED-sysrq",
+    "test -w /proc/sys/kernel/core_pattern && echo ESCAPED-sys-writable",
+    "cat /proc/self/uid_map; grep Cap /proc/self/status",
+    "keyctl show @u 2>&1; cat /proc/keys 2>&1 | head",
+    "ls *",
+    "wc -l *",
+)
+
 FILE_TOOLS = [
     Attack("file-tools", "read_file", {"path": "../outside/secret.txt"}),
     Attack("file-tools", "read_file", {"path": "OUTSIDE_DIR/secret.txt"}),
@@ -255,6 +297,13 @@ FILE_TOOLS = [
                                        "new_text": "EDITED"}),
     Attack("file-tools", "edit_file", {"path": "baton.yaml", "old_text": "permissions",
                                        "new_text": "x"}),
+    Attack("file-tools", "write_file", {"path": "baton.db-journal", "content": "x"}),
+    Attack("file-tools", "edit_file", {"path": ".git/config", "old_text": "[core]",
+                                       "new_text": "[core]\n\tfsmonitor = \"touch /tmp/pwned\""}),
+    Attack("file-tools", "write_file", {"path": ".git/hooks/post-checkout", "content": "x"}),
+    Attack("file-tools", "write_file", {"path": "hooks-link/pre-commit", "content": "x"}),
+    Attack("file-tools", "write_file", {"path": ".git/commondir", "content": "../evil"}),
+    Attack("file-tools", "write_file", {"path": ".git/modules/x/config", "content": "[core]"}),
     Attack("file-tools", "list_dir", {"path": ".."}),
     Attack("file-tools", "list_dir", {"path": "linkdir"}),
     Attack("file-tools", "list_dir", {"path": "/"}),
@@ -283,5 +332,6 @@ ALL_ATTACKS: list[Attack] = [
     *ESCAPE_FILES,
     *PROCESSES,
     *NETWORK,
+    *GIT_CONTROL,
     *FILE_TOOLS,
 ]

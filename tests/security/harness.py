@@ -46,7 +46,8 @@ BOT_ENVIRONMENT = {
 }
 # Never in any output, whoever approved the call.
 ESCAPE_CANARIES = (BOT_TOKEN, SIGNING_SECRET, OPENAI_KEY, APP_TOKEN, OUTSIDE_SECRET,
-                   STATE_SECRET, HOME_SECRET, CONFIG_MARK, "SQLite format 3")  # fmt: skip
+                   STATE_SECRET, HOME_SECRET, CONFIG_MARK, "SQLite format 3",
+                   "ESCAPED-")  # fmt: skip
 # Also never shown without a person: the workspace's own secrets and a hard-linked file.
 UNASKED_CANARIES = (*ESCAPE_CANARIES, DOTENV_SECRET, HARDLINK_SECRET)
 
@@ -187,6 +188,7 @@ class Arena:
             ws / "linkdir": "../outside",
             ws / "environ-link": "/proc/self/environ",
             ws / "db-link": str(self.root / "ws" / "baton.db"),
+            ws / "hooks-link": ".git/hooks",
         }
         for link, target in links.items():
             if not link.is_symlink():
@@ -201,8 +203,10 @@ class Arena:
 
     def protected(self) -> list[Path]:
         ws = self.workspace
-        return [ws / ".baton", self.config, ws / ".git" / "hooks", ws / ".git" / "config",
-                ws / "baton.db"]  # fmt: skip
+        git = ws / ".git"
+        return [ws / ".baton", self.config, git / "hooks", git / "config", git / "commondir",
+                git / "config.worktree", git / "modules", git / "worktrees", ws / "baton.db",
+                ws / "baton.db-journal"]  # fmt: skip
 
     def fixture_files(self) -> list[Path]:
         ws = self.workspace

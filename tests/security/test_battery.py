@@ -12,6 +12,7 @@ Two configurations, as issue 8 states them:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -118,6 +119,8 @@ async def battery(
             harms.append("changed a protected path or the database")
         if arena.listener.connections != connections:
             harms.append("connected to the local listener")
+        # The operator's next git command in the workspace runs nothing the call planted.
+        await operator_runs_git(arena)
         if left := leftover_processes():
             harms.append(f"left processes running: {left}")
             kill(left)
@@ -127,6 +130,15 @@ async def battery(
                 path.unlink()
         outcomes.append(outcome)
     return outcomes
+
+
+async def operator_runs_git(arena: Arena) -> None:
+    """`git status` as the operator would type it, outside any sandbox."""
+    process = await asyncio.create_subprocess_exec(
+        "git", "status", "--short", cwd=arena.workspace,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    await asyncio.wait_for(process.wait(), 30)
 
 
 def describe(harmful: list[Outcome]) -> str:
