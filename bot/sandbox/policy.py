@@ -8,8 +8,25 @@ from pathlib import Path
 
 # Inside every workspace: Baton's own directory (agent files, the config's neighbours)
 # and the parts of a git repository that make git run programs for the next person
-# who types `git commit` outside the sandbox.
-PROTECTED_NAMES = (".baton", ".git/hooks", ".git/config")
+# who types `git status` or `git commit` outside the sandbox: hooks and config, the
+# submodules' and linked worktrees' own git directories (each with hooks and config),
+# and the per-worktree config git reads when `extensions.worktreeConfig` is on.
+PROTECTED_NAMES = (
+    ".baton",
+    ".git/hooks",
+    ".git/config",
+    ".git/config.worktree",
+    ".git/modules",
+    ".git/worktrees",
+)
+# Of those, the files: when missing, an empty read-only file holds their place (an
+# empty config is valid to git; an empty directory where git expects a file is not).
+PROTECTED_FILE_NAMES = (".git/config", ".git/config.worktree")
+# Files no mount can keep from being created: git dies on an empty `.git/commondir`
+# ("failed to read"), so not even a placeholder may stand there. One that a call
+# creates (`echo ../evil > .git/commondir` points git at another config, whose
+# `core.fsmonitor` the operator's next `git status` would run) is removed after it.
+REMOVED_IF_CREATED_NAMES = (".git/commondir",)
 
 
 def sqlite_companions(database: Path) -> tuple[Path, ...]:
@@ -36,12 +53,19 @@ class SandboxPolicy:
         network: False gives the command a network namespace of its own (loopback
             only, nothing listening); True shares the host's network, loopback
             services included.
+        files: Read-only paths that are files: when one is missing, an empty
+            read-only file keeps it from being created, not an empty directory.
+        removed_if_created: Paths a call may not leave behind: one that did not
+            exist when the call began and does when it ends is removed (see
+            `Sandbox.command`).
     """
 
     workspace: Path
     read_only: tuple[Path, ...] = ()
     masked: tuple[Path, ...] = ()
     network: bool = False
+    files: tuple[Path, ...] = ()
+    removed_if_created: tuple[Path, ...] = ()
 
     @classmethod
     def for_workspace(
@@ -72,6 +96,8 @@ class SandboxPolicy:
             read_only=_unique(protected),
             masked=_unique(hidden),
             network=network,
+            files=tuple(root / name for name in PROTECTED_FILE_NAMES),
+            removed_if_created=tuple(root / name for name in REMOVED_IF_CREATED_NAMES),
         )
 
 

@@ -2,26 +2,40 @@
 
 The profile, in the order bwrap applies it:
 
-- namespaces: new PID, IPC, UTS and (when possible) cgroup namespaces, a new network
+- namespaces: a new user namespace (when the kernel allows one; the command keeps the
+  caller's uid and gid, so what it writes in the workspace is owned as if the bot had
+  written it, but whatever capabilities it had belong to that namespace, not the
+  host), new PID, IPC, UTS and (when possible) cgroup namespaces, a new network
   namespace unless the policy allows the network; `--die-with-parent`,
   `--new-session` and every capability dropped;
 - the system, read-only: /usr, /bin, /sbin, /lib*, /etc and /opt (symlinked /bin and
   /lib stay symlinks); the host's password hashes, SSH host keys and TLS private
   keys are masked, since Baton may run as root;
-- a fresh /proc for the new PID namespace, a minimal /dev, an empty private /tmp and
-  an empty home (`SANDBOX_HOME`), both tmpfs;
+- a fresh /proc for the new PID namespace with the kernel's knobs read-only: all of
+  /proc/sys (a root command could otherwise set the host's sysctls, core_pattern
+  among them, or register a binfmt_misc interpreter), /proc/sysrq-trigger and the
+  other writable corners (/proc/fs, /proc/mtrr, /proc/acpi, /proc/scsi, /proc/driver;
+  bwrap itself covers /proc/irq and /proc/bus). A user namespace alone is not enough:
+  the caller's uid maps to itself, and the kernel lets uid 0 write sysctls by mode bits;
+- a minimal /dev, and empty private /tmp, /var/tmp and home (`SANDBOX_HOME`), all tmpfs;
 - the workspace, read-write, at its own path (also the working directory);
 - inside it, the policy's read-only and masked paths. Each existing directory on the
   way to one is bound onto itself, so it cannot be renamed or removed to swap the
   protected path out (`mv .git old && git init` would otherwise bring fresh hooks).
   Masked files are covered by an empty read-only file (`/dev/null` cannot serve: bwrap
   mounts binds `nodev`). A read-only path that does not exist yet gets an empty
-  read-only directory, a masked one the empty file: the command cannot create it. bwrap creates
-  these mount points on the host; the caller removes them after the call;
+  read-only directory (an empty file for the policy's `files`), a masked one the empty
+  file: the command cannot create it. bwrap creates these mount points on the host;
+  the caller removes them after the call. The policy's `removed_if_created` paths
+  (`.git/commondir`, which no placeholder can hold) are the runner's job, after the call;
 - the sandbox's own root made read-only last.
 
 No other host directory is mounted: not /root, /home, /srv, /var, /run, the
 workspace's siblings nor Baton's state directory.
+
+Not promised: limits on CPU, memory or the number of processes beyond the timeout
+(no cgroup); nested repositories the command creates in the workspace are its own
+files, hooks and config included (like a Makefile someone later runs).
 """
 
 from __future__ import annotations
@@ -49,6 +63,19 @@ SYSTEM_SECRETS = (
 )
 # Where systemd-resolved keeps resolv.conf; /etc/resolv.conf often links there.
 RESOLVER_DIR = "/run/systemd/resolve"
+# Kernel knobs under /proc, bound read-only over the fresh /proc (the host's view of
+# them: sysctls resolve their namespaces by the process that opens them). /proc/sys
+# always exists; the others depend on the kernel's configuration.
+PROC_READ_ONLY = ("/proc/sys",)
+PROC_READ_ONLY_IF_PRESENT = (
+    "/proc/sysrq-trigger",
+    "/proc/fs",
+    "/proc/mtrr",
+    "/proc/acpi",
+    "/proc/scsi",
+    "/proc/driver",
+)
+SCRATCH_DIRS = ("/tmp", "/var/tmp")
 
 
 @dataclass(frozen=True)
@@ -72,6 +99,7 @@ def build_profile(
     empty_file: Path,
     held: Collection[Path] = (),
     git_config: Path | None = None,
+    user_namespace: bool = True,
 ) -> Profile:
     """bwrap's options for running one command under `policy`.
 
@@ -82,6 +110,8 @@ def build_profile(
             identity commits made in the sandbox carry, unless the repository names one).
         held: Placeholders another running call created; they count as missing, so
             this call masks them too instead of treating them as the user's files.
+        user_namespace: Whether to give the command a user namespace; False only
+            where the probe found the kernel or container refusing one.
 
     Raises:
         WorkspaceError: A protected path, or a directory on the way to one, is a
@@ -90,7 +120,7 @@ def build_profile(
     """
     workspace = _WorkspaceMounts(policy, frozenset(held), empty_file)
     arguments = [
-        *_namespaces(policy.network),
+        *_namespaces(policy.network, user_namespace),
         *_system(empty_file),
         *_scratch(git_config),
         *(_resolver() if policy.network else []),
@@ -104,8 +134,10 @@ def build_profile(
     return Profile(tuple(arguments), tuple(workspace.placeholders))
 
 
-def _namespaces(network: bool) -> list[str]:
-    options = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+def _namespaces(network: bool, user_namespace: bool) -> list[str]:
+    # bwrap's default mapping keeps the caller's uid and gid inside the namespace.
+    options = ["--unshare-user"] if user_namespace else []
+    options += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     options += [] if network else ["--unshare-net"]
     return [*options, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
 
@@ -124,7 +156,14 @@ def _system(empty_file: Path) -> list[str]:
 
 
 def _scratch(git_config: Path | None) -> list[str]:
-    options = ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", str(SANDBOX_HOME)]
+    options = ["--proc", "/proc"]
+    for knob in PROC_READ_ONLY:
+        options += ["--ro-bind", knob, knob]
+    for knob in PROC_READ_ONLY_IF_PRESENT:
+        options += ["--ro-bind-try", knob, knob]
+    options += ["--dev", "/dev"]
+    for directory in (*SCRATCH_DIRS, str(SANDBOX_HOME)):
+        options += ["--tmpfs", directory]
     if git_config is not None:
         options += ["--ro-bind", str(git_config), str(SANDBOX_HOME / ".gitconfig")]
     return options
@@ -157,7 +196,15 @@ class _WorkspaceMounts:
         self.held = held
         self.empty_file = empty_file
         self.masked = [p for p in policy.masked if self._inside(p)]
-        self.read_only = [p for p in policy.read_only if self._inside(p)]
+        # A path no placeholder may hold (git dies on an empty `.git/commondir`) is
+        # protected only when it exists; when it does not, the runner removes it after
+        # the call if the command made it.
+        self.read_only = [
+            p
+            for p in policy.read_only
+            if self._inside(p) and not (p in policy.removed_if_created and self._missing(p))
+        ]
+        self.files = frozenset(policy.files)
         self.outside_masked = [p for p in policy.masked if not self._inside(p)]
         self.placeholders: list[Path] = []
 
@@ -204,7 +251,7 @@ class _WorkspaceMounts:
         if action == "placeholder":
             if at not in self.placeholders:
                 self.placeholders.append(at)
-            if at == target and target in self.masked:
+            if at == target and (target in self.masked or target in self.files):
                 return ["--ro-bind", str(self.empty_file), str(at)]
             return _empty_directory(at)
         if action == "mask":

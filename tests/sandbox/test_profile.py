@@ -30,6 +30,7 @@ def profile_for(tmp_path: Path, **policy: object) -> tuple[Path, tuple[str, ...]
 def test_namespaces_and_no_network_by_default(tmp_path: Path) -> None:
     _, arguments, _ = profile_for(tmp_path)
     for option in (
+        "--unshare-user",
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -42,16 +43,34 @@ def test_namespaces_and_no_network_by_default(tmp_path: Path) -> None:
     assert arguments[arguments.index("--cap-drop") + 1] == "ALL"
     _, shared, _ = profile_for(tmp_path, network=True)
     assert "--unshare-net" not in shared
+    root = tmp_path / "ws"
+    without = build_profile(
+        SandboxPolicy.for_workspace(root), empty_file=tmp_path / "empty", user_namespace=False
+    )
+    assert "--unshare-user" not in without.arguments
 
 
 def test_only_the_system_and_the_workspace_are_mounted(tmp_path: Path) -> None:
     root, arguments, _ = profile_for(tmp_path)
     sources = pairs(arguments, "--ro-bind") + pairs(arguments, "--bind")
     allowed = ("/usr", "/bin", "/sbin", "/lib", "/etc", "/opt", str(root), str(tmp_path / "empty"))
+    allowed += ("/proc/sys",)
     assert all(source.startswith(allowed) for source in sources), sources
     assert pairs(arguments, "--bind") == [str(root)]
-    assert {"/tmp", str(SANDBOX_HOME)} <= set(pairs(arguments, "--tmpfs"))
+    assert {"/tmp", "/var/tmp", str(SANDBOX_HOME)} <= set(pairs(arguments, "--tmpfs"))
     assert arguments[-2:] == ("--chdir", str(root))
+
+
+def test_the_kernel_s_knobs_are_read_only_over_the_fresh_proc(tmp_path: Path) -> None:
+    _, arguments, _ = profile_for(tmp_path)
+    proc = arguments.index("--proc")
+    sys = arguments.index("/proc/sys")
+    assert arguments[sys - 1 : sys + 2] == ("--ro-bind", "/proc/sys", "/proc/sys")
+    assert proc < sys
+    for knob in ("/proc/sysrq-trigger", "/proc/fs", "/proc/mtrr", "/proc/acpi", "/proc/scsi"):
+        at = arguments.index(knob)
+        assert arguments[at - 1 : at + 2] == ("--ro-bind-try", knob, knob)
+        assert proc < at
 
 
 def test_existing_protected_paths_are_read_only_and_pinned(tmp_path: Path) -> None:
@@ -72,7 +91,10 @@ def test_existing_protected_paths_are_read_only_and_pinned(tmp_path: Path) -> No
         if value == "--ro-bind" and arguments[i + 1] == str(tmp_path / "empty")
     }
     assert set(sqlite_companions(root / "baton.db")) <= masked
-    assert set(placeholders) == set(sqlite_companions(root / "baton.db")[1:])
+    git_placeholders = {
+        root / ".git" / name for name in ("config.worktree", "modules", "worktrees")
+    }
+    assert set(placeholders) == set(sqlite_companions(root / "baton.db")[1:]) | git_placeholders
 
 
 def test_missing_protected_paths_get_placeholders_at_their_first_missing_part(
@@ -82,6 +104,38 @@ def test_missing_protected_paths_get_placeholders_at_their_first_missing_part(
     assert set(placeholders) == {root / ".baton", root / ".git"}
     assert str(root / ".git") in pairs(arguments, "--tmpfs")
     assert str(root / ".git") in pairs(arguments, "--remount-ro")
+
+
+def test_git_s_other_control_paths_are_protected(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    git = root / ".git"
+    (git / "hooks").mkdir(parents=True)
+    (git / "config").write_text("[core]\n")
+    (git / "modules" / "lib").mkdir(parents=True)
+    # The file tools' protected names, passed on as the bash tool does.
+    extra = [git / "commondir", git / "config.worktree"]
+    _, arguments, placeholders = profile_for(tmp_path, read_only=extra)
+    assert str(git / "modules") in pairs(arguments, "--ro-bind")
+    # Missing: an empty read-only directory, and an empty file where git wants a file.
+    assert git / "worktrees" in placeholders
+    assert str(git / "worktrees") in pairs(arguments, "--remount-ro")
+    at = arguments.index(str(git / "config.worktree"))
+    assert arguments[at - 2 : at + 1] == (
+        "--ro-bind",
+        str(tmp_path / "empty"),
+        str(git / "config.worktree"),
+    )
+    # No placeholder may stand for a missing commondir: git dies on an empty one.
+    assert str(git / "commondir") not in arguments
+    assert git / "commondir" not in placeholders
+    # An existing one (the operator's) is read-only like the rest.
+    (git / "commondir").write_text(".\n")
+    (git / "config.worktree").write_text("")
+    _, arguments, placeholders = profile_for(tmp_path, read_only=extra)
+    assert {str(git / "commondir"), str(git / "config.worktree")} <= set(
+        pairs(arguments, "--ro-bind")
+    )
+    assert set(placeholders) == {git / "worktrees", root / ".baton"}
 
 
 def test_held_placeholders_count_as_missing(tmp_path: Path) -> None:
@@ -129,3 +183,21 @@ def test_a_protected_name_that_is_a_link_is_refused(tmp_path: Path) -> None:
     sandbox = asyncio.run(Sandbox.probe(policy, binary=Path("/bin/true")))
     assert not sandbox.available
     assert "symbolic link" in sandbox.reason
+
+
+def test_without_a_user_namespace_the_probe_falls_back_and_says_so(tmp_path: Path) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do [ "$a" = --unshare-user ] && '
+        "{ echo 'bwrap: setting up uid map: Permission denied' >&2; exit 1; }; done\n"
+        "exit 0\n"
+    )
+    fake.chmod(0o755)
+    sandbox = asyncio.run(Sandbox.probe(SandboxPolicy.for_workspace(tmp_path), binary=fake))
+    assert sandbox.available
+    assert not sandbox.user_namespace
+    assert "without a user namespace" in sandbox.reason
+    assert "uid map: Permission denied" in sandbox.reason
+    with sandbox.command(SandboxPolicy.for_workspace(tmp_path), ["true"]) as argv:
+        assert "--unshare-user" not in argv
