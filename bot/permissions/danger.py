@@ -18,13 +18,14 @@ Public API:
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 import shlex
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from bot.permissions.git_args import git_danger
+from bot.permissions.git_danger import PathExists, git_danger
 from bot.permissions.globs import expand_braces, glob_spellings
 from bot.permissions.shell_words import (
     SHELL_PROGRAMS,
@@ -184,27 +185,53 @@ DANGER_PATTERNS: tuple[DangerPattern, ...] = (
         id="git-reset-hard",
         title="git reset --hard",
         consequence="it throws away uncommitted changes for good.",
-        matches="git reset --hard (or an abbreviation, --har).",
+        matches="git reset --hard, --merge or --keep (or an abbreviation, --har).",
     ),
     DangerPattern(
         id="git-clean",
         title="git clean",
         consequence="it deletes untracked files for good.",
-        matches="git clean, unless a dry run (-n/--dry-run); long options abbreviated as git "
-        "allows (--forc).",
+        matches="git clean, unless its last -n/--dry-run/--no-dry-run leaves a dry run on "
+        "(options read as git reads them: -dxn, -en is --exclude=n, --no-dry, --forc).",
     ),
     DangerPattern(
         id="git-rm-recursive",
         title="Recursive git rm",
         consequence="it deletes whole directories from the work tree and the index.",
-        matches="git rm -r (in any option cluster, e.g. -rfq).",
+        matches="git rm -r (in any option cluster, e.g. -rfq), unless --cached or a dry run.",
     ),
     DangerPattern(
         id="git-discard",
         title="Discarding uncommitted changes",
-        consequence="it overwrites uncommitted work in the files it names, for good.",
-        matches="git checkout -- PATHS, git checkout . (or a glob), git checkout -f, "
-        "git restore PATHS (not --staged alone), git switch -f/--discard-changes.",
+        consequence="uncommitted work in the files it touches is lost for good.",
+        matches="git checkout with paths (after --, an existing path, '.', a glob, pathspec "
+        "magic such as ':^x'), -f, -p, --ours/--theirs; git restore (not --staged alone); "
+        "git switch -f/--discard-changes/--orphan; git rm -f; git mv -f; git update-index "
+        "--force-remove; git checkout-index -f; git read-tree -u; git worktree remove -f; "
+        "git merge --abort.",
+    ),
+    DangerPattern(
+        id="git-stash-drop",
+        title="Dropping git stashes",
+        consequence="the stashed changes are deleted; only git fsck can still dig them up.",
+        matches="git stash drop, git stash clear.",
+    ),
+    DangerPattern(
+        id="git-ref-delete",
+        title="Deleting or moving git refs",
+        consequence="commits only that branch, tag or ref reached can be lost for good once "
+        "git prunes them.",
+        matches="git branch -D/-d -f/-f/-M/-C, git checkout -B, git switch -C, git tag -d/-f, "
+        "git update-ref, git symbolic-ref NAME REF or -d, git replace, git notes "
+        "remove/prune/merge/-f.",
+    ),
+    DangerPattern(
+        id="git-prune",
+        title="Pruning git history",
+        consequence="unreachable commits and reflog entries are deleted for good, so earlier "
+        "mistakes can no longer be undone.",
+        matches="git reflog expire/delete, git gc --prune, git prune, git repack -d, "
+        "git filter-repo, git filter-branch.",
     ),
     DangerPattern(
         id="git-daemon",
@@ -376,6 +403,7 @@ _PUBLISHERS = {
     "gem": "push",
 }
 
+_DIRECTORY_CHANGERS = frozenset({"cd", "pushd", "popd"})
 _SHOWN_LIMIT = 120
 _PLAIN_WORD_RE = re.compile(r"[\w@%+=:,./~^{}-]+")
 _OPERATOR_WORD_RE = re.compile(r"\d*[<>&|]+")
@@ -538,6 +566,7 @@ class _Context:
     index: int  # position in the pipeline
     via: NestedKind | None  # how it was reached, None at the top level
     parent: _Context | None
+    path_exists: PathExists | None = None  # whether a workspace path exists
 
     @property
     def program(self) -> str:
@@ -555,7 +584,9 @@ class _Context:
         return _show_words(self.words or self.command.words)
 
 
-def find_command_danger(command: str) -> DangerMatch | None:
+def find_command_danger(
+    command: str, *, path_exists: PathExists | None = None
+) -> DangerMatch | None:
     """Check a ``bash`` command against :data:`DANGER_PATTERNS`.
 
     Every simple command is checked, including those chained with ``;``/``&&``/``|``
@@ -563,6 +594,9 @@ def find_command_danger(command: str) -> DangerMatch | None:
 
     Args:
         command: The command line the agent wants to run.
+        path_exists: Whether a path relative to the workspace root exists; it tells
+            ``git checkout BRANCH`` from ``git checkout PATH``. Without it only '.',
+            globs and pathspec magic count as paths.
 
     Returns:
         The match of the most severe pattern that applies (the first in the table),
@@ -578,6 +612,11 @@ def find_command_danger(command: str) -> DangerMatch | None:
         return DangerMatch(pattern=pattern.id, reason=f"{pattern.title} ({exc}): "
                            f"{pattern.consequence}")  # fmt: skip
     contexts = list(_contexts(script, via=None, parent=None))
+    if path_exists is not None:
+        if any(context.program in _DIRECTORY_CHANGERS for context in contexts):
+            # Paths are no longer relative to the root: any word may name one.
+            path_exists = _anything_exists
+        contexts = [dataclasses.replace(context, path_exists=path_exists) for context in contexts]
     for pattern in DANGER_PATTERNS:
         check = _CHECKS.get(pattern.id)
         if check is None:
@@ -611,6 +650,10 @@ def _contexts(
 
 
 # --- helpers shared by the checks ------------------------------------------------------
+
+
+def _anything_exists(path: str) -> bool:
+    return True
 
 
 def _shown(text: str) -> str:
@@ -934,8 +977,11 @@ def _check_secret_path(context: _Context) -> DangerMatch | None:
 
 def _check_git(pattern_id: str) -> _Check:
     def check(context: _Context) -> DangerMatch | None:
-        if context.program == "git" and git_danger(context.args) == pattern_id:
-            return _PATTERNS[pattern_id].match(context.shown)
+        if context.program != "git":
+            return None
+        found = git_danger(context.args, context.path_exists)
+        if found is not None and found.pattern == pattern_id:
+            return _PATTERNS[pattern_id].match(context.shown, title=found.title)
         return None
 
     return check
@@ -1129,6 +1175,9 @@ _CHECKS: dict[str, _Check] = {
     "git-clean": _check_git("git-clean"),
     "git-rm-recursive": _check_git("git-rm-recursive"),
     "git-discard": _check_git("git-discard"),
+    "git-stash-drop": _check_git("git-stash-drop"),
+    "git-ref-delete": _check_git("git-ref-delete"),
+    "git-prune": _check_git("git-prune"),
     "git-daemon": _check_git("git-daemon"),
     "system-power": _check_system_power,
     "mass-kill": _check_mass_kill,

@@ -4,11 +4,10 @@
 ``--upload-pack``, ``ext::`` URLs, ``difftool -x``), work on another repository
 (``-C``, ``--git-dir``) and write files anywhere (``log --output``). And git accepts
 any unambiguous prefix of a long option, so ``--forc`` is ``--force``. This module
-answers two questions with that reading:
-
-* :func:`git_allow_problem`: why an allow rule must not auto-approve this git call;
-* :func:`git_danger`: which built-in danger pattern (force push, reset --hard, ...)
-  this git call matches, whatever the rules say.
+splits git's command line (:func:`split_git`) and answers, with that reading,
+:func:`git_allow_problem`: why an allow rule must not auto-approve this git call.
+Which git calls destroy work, whatever the rules say, is :mod:`git_danger`'s question;
+which write files like a file tool, :mod:`git_writes`'.
 """
 
 from __future__ import annotations
@@ -16,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["GitCall", "git_allow_problem", "git_danger", "long_option", "split_git"]
+from bot.permissions.git_writes import git_write_problem
+
+__all__ = ["GitCall", "git_allow_problem", "long_option", "split_git"]
 
 # Global options that take the next word as their value (unless written `--x=value`).
 _GLOBAL_WITH_VALUE = frozenset(
@@ -24,11 +25,13 @@ _GLOBAL_WITH_VALUE = frozenset(
      "--list-cmds", "--attr-source"}
 )  # fmt: skip
 # Global options an allow rule may still approve: none of them runs a program or
-# points git at another repository.
+# points git at another repository. `-p`/`--paginate` starts the pager only when the
+# output is a terminal (never for a tool call), and the pager comes from configuration
+# the sandbox keeps read-only.
 _SAFE_GLOBALS = frozenset(
-    {"--no-pager", "-P", "--no-optional-locks", "--no-advice", "--literal-pathspecs",
-     "--glob-pathspecs", "--noglob-pathspecs", "--icase-pathspecs", "--no-replace-objects",
-     "--no-lazy-fetch", "--version", "-v", "--help", "-h"}
+    {"--no-pager", "-P", "-p", "--paginate", "--no-optional-locks", "--no-advice",
+     "--literal-pathspecs", "--glob-pathspecs", "--noglob-pathspecs", "--icase-pathspecs",
+     "--no-replace-objects", "--no-lazy-fetch", "--version", "-v", "--help", "-h"}
 )  # fmt: skip
 
 # Built-ins an allow rule may approve, subject to the option checks below. Anything
@@ -56,7 +59,6 @@ _REMOTE_PROGRAM_OPTIONS = ("--upload-pack", "--receive-pack", "--exec")
 _CONFIG_READS = ("--get", "--get-all", "--get-regexp", "--get-urlmatch", "--list")
 _CONFIG_WRITES = ("--add", "--unset", "--unset-all", "--replace-all", "--rename-section",
                   "--remove-section", "--edit", "--file", "--blob")  # fmt: skip
-_WHOLE_TREE_PATHSPECS = frozenset({".", "./", ":/", ":/.", ":(top)", ":(top)."})
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +194,7 @@ def _subcommand_problem(sub: str, args: tuple[str, ...]) -> str | None:
         return "git submodule foreach runs a command in every submodule"
     if sub == "bundle" and _operands(args)[:1] == ["create"]:
         return "git bundle create writes a file wherever it is told"
-    return None
+    return git_write_problem(sub, args)
 
 
 def _config_reads_only(args: Sequence[str]) -> bool:
@@ -202,99 +204,3 @@ def _config_reads_only(args: Sequence[str]) -> bool:
     if operands[:1] in (["get"], ["list"]):
         return True
     return _has_long(args, *_CONFIG_READS) or "l" in _short_letters(args)
-
-
-# --------------------------------------------------------------------------------------
-# Danger: what always asks, whatever the rules allow
-
-
-def git_danger(args: Sequence[str]) -> str | None:
-    """The id of the danger pattern ``git ARGS`` matches, or None.
-
-    Args:
-        args: The words after ``git``.
-
-    Returns:
-        One of ``git-force-push``, ``git-push-delete``, ``git-reset-hard``,
-        ``git-clean``, ``git-rm-recursive``, ``git-discard``, ``git-daemon``, or None.
-    """
-    call = split_git(args)
-    sub, rest = call.subcommand, call.args
-    letters = _short_letters(rest)
-    if sub == "push":
-        force, delete = _push_effects(rest)
-        if force or call.configures():  # `-c remote.origin.mirror=true push`
-            return "git-force-push"
-        if delete:
-            return "git-push-delete"
-    if sub == "reset" and _has_long(rest, "--hard"):
-        return "git-reset-hard"
-    if sub == "clean" and not ("n" in letters or _has_long(rest, "--dry-run")):
-        return "git-clean"
-    if sub == "rm" and "r" in letters:
-        return "git-rm-recursive"
-    if _discards(sub, rest):
-        return "git-discard"
-    if sub in ("daemon", "instaweb"):
-        return "git-daemon"
-    return None
-
-
-def _push_effects(args: Sequence[str]) -> tuple[bool, bool]:
-    """Whether ``git push ARGS`` forces, and whether it deletes remote refs."""
-    force = delete = False
-    operands: list[str] = []
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        index += 1
-        if arg == "--":
-            operands.extend(args[index:])
-            break
-        if arg.startswith("--"):
-            force = force or any(
-                long_option(arg, name)
-                for name in ("--force", "--force-with-lease", "--force-if-includes", "--mirror")
-            )
-            delete = delete or long_option(arg, "--delete") or long_option(arg, "--prune")
-            if "=" not in arg and any(
-                long_option(arg, name) for name in ("--repo", "--receive-pack", "--exec")
-            ):
-                index += 1
-            if arg == "--push-option":
-                index += 1
-        elif arg.startswith("-") and len(arg) > 1:
-            letters = arg[1:]
-            if "o" in letters:  # -o takes a value: the rest of the word or the next one
-                if letters.endswith("o"):
-                    index += 1
-                letters = letters[: letters.index("o")]
-            force = force or "f" in letters
-            delete = delete or "d" in letters
-        else:
-            operands.append(arg)
-    force = force or any(refspec.startswith("+") for refspec in operands)
-    delete = delete or any(refspec.startswith(":") for refspec in operands[1:])
-    return force, delete
-
-
-def _discards(sub: str, args: Sequence[str]) -> bool:
-    """Whether checkout/restore/switch throws uncommitted changes away."""
-    letters = _short_letters(args)
-    forced = "f" in letters or _has_long(args, "--force", "--discard-changes")
-    if sub == "switch":
-        return forced
-    if sub == "checkout":
-        after_dashes = "--" in args and args.index("--") + 1 < len(args)
-        wide = any(_whole_tree(operand) for operand in _operands(args))
-        return forced or after_dashes or wide
-    if sub == "restore":
-        staged_only = ("S" in letters or _has_long(args, "--staged")) and not (
-            "W" in letters or _has_long(args, "--worktree")
-        )
-        return not staged_only and bool(_operands(args))
-    return False
-
-
-def _whole_tree(pathspec: str) -> bool:
-    return pathspec in _WHOLE_TREE_PATHSPECS or any(char in pathspec for char in "*?[")

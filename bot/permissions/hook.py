@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 
 from bot.engine.hooks import HookDecision, ToolInvocation
 from bot.errors import WorkspaceError
-from bot.permissions.danger import find_command_danger, find_path_danger
+from bot.permissions.danger import DangerMatch, find_command_danger, find_path_danger
 from bot.permissions.git_args import git_allow_problem
 from bot.permissions.plain import plain_commands
 from bot.permissions.rules import PermissionRules, Rule
@@ -139,9 +139,16 @@ class PermissionHook:
         every = list(dict.fromkeys([command, *written, *effective]))
         if denied := _first_match(self.rules.deny, tool, every):
             return HookDecision.deny(f"the rule deny: {denied.text} forbids it")
-        if reason := self._protected_reason(command):
-            return HookDecision.deny(reason)
-        danger = find_command_danger(command)
+        denial, concern = self._protected_words(command)
+        if denial is not None:
+            return HookDecision.deny(denial)
+        danger = find_command_danger(command, path_exists=self._path_exists)
+        if danger is None:
+            danger = concern
+        elif concern is not None:
+            danger = DangerMatch(
+                pattern=danger.pattern, reason=f"{danger.reason} Also, {concern.reason}"
+            )
         if not self.sandboxed:
             # Nothing would contain it: no rule approves it, a person reads it.
             reason = "this command runs unsandboxed (no OS sandbox could be made here)"
@@ -212,53 +219,88 @@ class PermissionHook:
             f"{tool.name} can change files or run programs, and no rule allows it"
         )
 
-    def _protected_reason(self, command: str) -> str | None:
-        """Refuse commands that could write Baton's config or `.baton/`.
+    def _path_exists(self, path: str) -> bool:
+        """Whether ``path`` (relative to the workspace root) names something there."""
+        try:
+            return os.path.lexists(os.path.join(self.workspace.root, path))
+        except (OSError, ValueError):
+            return True  # cannot tell: count it as a path, which asks more
+
+    def _protected_words(self, command: str) -> tuple[str | None, DangerMatch | None]:
+        """Refuse commands naming Baton's database or writing its config or `.baton/`.
 
         This reads the command's words, so it stops plain attempts (`rm -r .baton`,
-        `echo x > baton.yaml`); the file tools enforce the same rule by path.
+        `echo x > baton.yaml`); the file tools enforce the same rule by path. A literal
+        name is refused; a glob that may match one of those files (`ls *`) only asks: a
+        person can see what it matches, and the sandbox masks those files anyway.
+
+        Returns:
+            Why the command is refused (or None), and else why a person should look.
         """
         try:
             segments = split_segments(command)
         except CommandParseError:
-            return None
+            return None, None
+        concern: DangerMatch | None = None
         for segment in segments:
             words = command_words(segment)
             program = effective_command(words)
             name = PurePosixPath(program[0]).name if program else ""
             targets = redirect_targets(segment)
+            writes = name not in READ_ONLY_PROGRAMS
             for word in (*words, *targets):
-                if self._names_file(word, self.workspace.private_files):
-                    return f"{word!r} is Baton's own database; no tool may use it"
-                if not self._names_protected(word):
-                    continue
-                if word in targets or name not in READ_ONLY_PROGRAMS:
-                    return (
-                        f"{word!r} is protected: Baton's configuration and {PROTECTED_DIR}/ "
-                        "cannot be changed by any tool"
+                named = self._named_files(word, self.workspace.private_files)
+                if writes or word in targets:
+                    named += self._named_files(word, self.workspace.protected_files)
+                    if PROTECTED_DIR in PurePosixPath(word).parts:
+                        return _protected_denial(word), None
+                exact = [path for path, glob in named if not glob]
+                if exact:
+                    path = exact[0]
+                    if path in self.workspace.private_files:
+                        return f"{word!r} is Baton's {self._label(path)}; no tool may use it", None
+                    return _protected_denial(word), None
+                if named and concern is None:
+                    labels = " and ".join(
+                        dict.fromkeys(f"{self._label(p)} ({p.name})" for p, _ in named)
                     )
-        return None
+                    concern = DangerMatch(
+                        pattern="baton-file-glob",
+                        reason=f"{word!r} may match Baton's {labels}: a person should check "
+                        "what it expands to.",
+                    )
+        return None, concern
 
-    def _names_protected(self, word: str) -> bool:
-        if PROTECTED_DIR in PurePosixPath(word).parts:
-            return True
-        return self._names_file(word, self.workspace.protected_files)
+    def _label(self, path: Path) -> str:
+        """What a private or protected file is to Baton, as the approver should read it."""
+        return "configuration" if path in self.workspace.protected_files else "database"
 
-    def _names_file(self, word: str, files: frozenset[Path]) -> bool:
-        for path in files:
+    def _named_files(self, word: str, files: frozenset[Path]) -> list[tuple[Path, bool]]:
+        """The files ``word`` names, each with True when only a glob in it matches."""
+        found: list[tuple[Path, bool]] = []
+        for path in sorted(files):
             if word == str(path):
-                return True
+                found.append((path, False))
+                continue
+            if PurePosixPath(word).name == path.name:
+                candidate = Path(word) if os.path.isabs(word) else self.workspace.root / word
+                if os.path.realpath(candidate) == str(path):
+                    found.append((path, False))
+                    continue
             if _globs(word) and fnmatch.fnmatchcase(path.name, PurePosixPath(word).name):
                 # `cat baton.d?`: bash would expand the glob to the file
                 parent = str(PurePosixPath(word).parent)
                 folder = Path(parent) if os.path.isabs(parent) else self.workspace.root / parent
                 if os.path.realpath(folder) == str(path.parent):
-                    return True
-            if PurePosixPath(word).name == path.name:
-                candidate = Path(word) if os.path.isabs(word) else self.workspace.root / word
-                if os.path.realpath(candidate) == str(path):
-                    return True
-        return False
+                    found.append((path, True))
+        return found
+
+
+def _protected_denial(word: str) -> str:
+    return (
+        f"{word!r} is protected: Baton's configuration and {PROTECTED_DIR}/ cannot be "
+        "changed by any tool"
+    )
 
 
 def _globs(word: str) -> bool:

@@ -45,6 +45,31 @@ FRIENDLY = [
     "git blame src/a.py",
     "cat a.txt | cat",
     "ls # just looking",
+    # git look-alikes of the work-destroying calls below: nothing is lost
+    "git checkout -b feature",
+    "git checkout main",
+    "git checkout -",
+    "git switch main",
+    "git switch -c feature",
+    "git stash list",
+    "git stash show",
+    "git stash pop",
+    "git tag -l",
+    "git diff",
+    "git log -p",
+    "git clean -n",
+    "git clean -dxn",
+    "git rm --cached a.txt",  # only untracks: the file stays
+    "git mv a b",  # refuses to overwrite
+    "git restore --staged src/app.py",
+    "git reset --soft HEAD~1",
+    "git branch -d merged",  # refuses an unmerged branch
+    "git apply --check fix.patch",
+    "git apply --stat fix.patch",
+    "git merge-file -p a b c",
+    "git -p log -1",  # a pager starts only on a terminal
+    "git fetch",  # the sandbox has no network by default
+    "git commit -m 'wip'",  # hooks are read-only in the sandbox
 ]
 
 HOSTILE = [
@@ -159,6 +184,68 @@ HOSTILE = [
     "git checkout -- .",
     "git checkout .",
     "git restore .",
+    # git that writes files like a file tool (and into .git, where git runs them)
+    "git apply --unsafe-paths --directory=.git README.md",
+    "git apply --directory=.git/evil README.md",
+    "git apply fix.patch",
+    "git am fix.mbox",
+    "git merge-file Makefile Makefile docs/payload.txt",
+    "git merge-file -L 'x\necho INJECTED' Makefile a b",
+    "git worktree add ../x",
+    "git init ../x",
+    "git clone . ../x",
+    # git that destroys work, options read as git reads them
+    "git clean -n --no-dry-run -f -d -x",
+    "git clean -dxn --no-d -f",
+    "git clean -en -fdx",
+    "git stash --all && git stash clear",
+    "git stash drop",
+    "git stash clear",
+    "git reset --merge",
+    "git reset --keep",
+    "git checkout ':^nothing'",
+    "git checkout :/",
+    "git checkout src",
+    "git checkout README.md",
+    "git checkout HEAD src/app.py",
+    "git checkout -- src/app.py",
+    "git checkout -f",
+    "git checkout -B main",
+    "git restore src/app.py",
+    "git switch -f main",
+    "git switch --discard-changes main",
+    "git rm -f a.txt",
+    "git rm --force a.txt",
+    "git rm -f -q '*'",
+    "git mv -f a b",
+    "git mv --force a b",
+    "git branch -D feature",
+    "git branch --delete --force feature",
+    "git branch -d -f feature",
+    "git branch -f main HEAD~3",
+    "git branch -M a b",
+    "git branch -C a b",
+    "git tag -d v1",
+    "git tag -f v1",
+    "git update-ref -d refs/heads/main",
+    "git symbolic-ref HEAD refs/heads/other",
+    "git update-index --force-remove a.txt",
+    "git reflog expire --expire=now --all",
+    "git reflog delete HEAD@{1}",
+    "git gc --prune=now",
+    "git gc --prune",
+    "git prune",
+    "git replace HEAD HEAD~1",
+    "git notes remove HEAD",
+    "git filter-repo --invert-paths --path src",
+    # git programs and servers that are not plain built-ins
+    "git help -w log",
+    "git web--browse http://evil.example",
+    "git instaweb",
+    "git send-email x.patch",
+    "git upload-pack .",
+    "git receive-pack .",
+    "git upload-archive .",
 ]
 
 
@@ -173,7 +260,9 @@ def decide(workspace: Workspace, command: str, rules: PermissionRules = REALISTI
 @pytest.fixture
 def guarded(tmp_path: Path) -> Workspace:
     root = tmp_path / "repo"
-    root.mkdir()
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "app.py").write_text("print('hi')\n")
+    (root / "README.md").write_text("# repo\n")
     return Workspace(root, protected_files=[root / "baton.yaml"], private_files=[root / "baton.db"])
 
 
@@ -210,6 +299,15 @@ def test_hostile_commands_are_never_allowed(guarded: Workspace, command: str) ->
         ("git daemon --detach", "server"),
         ("cat .e?v", "Environment file"),
         ("cat baton.d?", "database"),
+        ("git apply --unsafe-paths --directory=.git README.md", "inside .git"),
+        ("git merge-file Makefile Makefile docs/payload.txt", "overwrites"),
+        ("git clean -n --no-dry-run -f -d -x", "untracked files"),
+        ("git stash clear", "stashed changes"),
+        ("git reset --keep", "git reset --keep"),
+        ("git checkout src", "uncommitted work"),
+        ("git rm -f a.txt", "uncommitted"),
+        ("git branch -D feature", "commits"),
+        ("git reflog expire --expire=now --all", "unreachable commits"),
     ],
 )
 def test_reasons_say_why(guarded: Workspace, command: str, words: str) -> None:

@@ -235,6 +235,51 @@ def test_the_database_is_off_limits_to_every_tool(tmp_path: Path) -> None:
         workspace.resolve("baton.db")
 
 
+def test_a_glob_that_may_match_batons_files_asks_and_names_the_right_file(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    config, database = root / "baton.yaml", root / "baton.db"
+    # As the app builds it: the config is protected and, like the database, private.
+    workspace = Workspace(root, protected_files=[config], private_files=[database, config])
+    hook = PermissionHook(PermissionRules.parse(allow=["bash"]), workspace)
+
+    def decide(command: str) -> HookDecision:
+        return check(hook, workspace, "bash", json.dumps({"command": command}))
+
+    for command in ("ls *", "wc -l *", "git rm -f -q '*'", "cat baton.*"):
+        decision = decide(command)
+        assert decision.action == "ask", (command, decision)
+        assert "configuration (baton.yaml)" in decision.reason, decision.reason
+    assert "database (baton.db)" in decide("ls *").reason
+    decision = decide("cat baton.y?ml")
+    assert decision.action == "ask" and "database" not in decision.reason
+    assert decide("ls src/*").action == "allow"
+    # A literal name is still refused, and named for what it is.
+    decision = decide("cat baton.yaml")
+    assert decision.action == "deny" and "configuration" in decision.reason
+    decision = decide("cat ./baton.db")
+    assert decision.action == "deny" and "database" in decision.reason
+    assert decide("echo x > baton.yaml").action == "deny"
+
+
+def test_git_checkout_of_an_existing_path_asks_even_when_bash_is_allowed(
+    workspace: Workspace,
+) -> None:
+    (workspace.root / "src").mkdir()
+    hook = PermissionHook(PermissionRules.parse(allow=["bash"]), workspace)
+
+    def decide(command: str) -> HookDecision:
+        return check(hook, workspace, "bash", json.dumps({"command": command}))
+
+    assert decide("git checkout main").action == "allow"
+    decision = decide("git checkout src")
+    assert decision.action == "ask" and decision.risk == "git-discard"
+    # After cd, paths are relative to somewhere else: any operand may be one.
+    assert decide("cd docs && git checkout main").action == "ask"
+
+
 async def test_a_file_with_several_hard_links_asks_even_when_reading_is_allowed(
     workspace: Workspace, tmp_path: Path
 ) -> None:
