@@ -119,19 +119,23 @@ class Bash(Tool):
         return self.sandbox is not None
 
     @contextlib.contextmanager
-    def _command_line(self, command: str) -> Iterator[list[str]]:
+    def _command_line(self, command: str, notes: list[str]) -> Iterator[list[str]]:
         argv = ["bash", "-c", command]
         if self.sandbox is None:
             yield argv
             return
-        with self.sandbox.command(self.policy, argv) as wrapped:
+        with self.sandbox.command(self.policy, argv, notes=notes) as wrapped:
             yield wrapped
 
     async def run(self, args: BashArgs) -> str:
         if not args.command.strip():
             raise ToolError("the command is empty")
-        with self._command_line(args.command) as argv:
-            return await self._run(argv, args.timeout_s)
+        # What the sandbox undid once the command was over (a planted .git/commondir),
+        # so the model learns why its change is gone.
+        notes: list[str] = []
+        with self._command_line(args.command, notes) as argv:
+            output = await self._run(argv, args.timeout_s)
+        return "\n".join([output, *(f"[{note}]" for note in notes)])
 
     async def _run(self, argv: list[str], timeout_s: int) -> str:
         try:

@@ -210,7 +210,9 @@ async def test_a_planted_commondir_is_removed_and_runs_nothing(
         bash, f"{evil_repository(marker)} && echo ../evil > .git/commondir && git status"
     )
     assert out.startswith("exit code 0"), out
-    # Gone once the call is over: the host's git reads its own config and runs nothing.
+    # Gone once the call is over, and the model is told why.
+    assert ".git/commondir" in out.splitlines()[-1] and "removed" in out.splitlines()[-1].lower()
+    # The host's git reads its own config and runs nothing.
     assert not (root / ".git" / "commondir").exists()
     status = host_git_status(root)
     assert status.returncode == 0, status.stderr
