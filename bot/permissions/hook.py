@@ -21,7 +21,7 @@ from bot.permissions.shell_words import (
     split_segments,
 )
 from bot.tools.base import Tool
-from bot.tools.workspace import PROTECTED_DIR, Workspace
+from bot.tools.workspace import PROTECTED_DIR, PROTECTED_MESSAGE, Workspace
 
 # File tools whose object is one file's content; grep skips hard-linked files itself.
 HARD_LINK_TOOLS = frozenset({"read_file", "write_file", "edit_file"})
@@ -73,10 +73,7 @@ class PermissionHook:
             )
         resolved = self._resolved(value)
         if resolved is not None and not tool.read_only and self.workspace.is_protected(resolved):
-            return HookDecision.deny(
-                f"{value!r} is protected: Baton's configuration and {PROTECTED_DIR}/ cannot be "
-                "changed by any tool"
-            )
+            return HookDecision.deny(f"{value!r} {PROTECTED_MESSAGE}")
         exact = [self.workspace.relative(resolved), str(resolved)] if resolved else []
         # Deny rules see every spelling of the path; allow and ask rules only the path
         # it really is, so `src/../Makefile` is never covered by `write_file(src/**)`.
@@ -297,10 +294,7 @@ class PermissionHook:
 
 
 def _protected_denial(word: str) -> str:
-    return (
-        f"{word!r} is protected: Baton's configuration and {PROTECTED_DIR}/ cannot be "
-        "changed by any tool"
-    )
+    return f"{word!r} {PROTECTED_MESSAGE}"
 
 
 def _globs(word: str) -> bool:
