@@ -241,8 +241,13 @@ def check_workspace(workspace: Path, state_dir: Path, *, named: bool = True) -> 
     where = "" if named else " (the current directory, as BATON_WORKSPACE is not set)"
     if workspace == Path(workspace.anchor):
         problem = "is the root directory: the agents could read and change every file"
-    elif workspace == Path.home().resolve():
+    elif workspace == (home := Path.home().resolve()):
         problem = "is your home directory: the agents could read your keys and credentials"
+    elif workspace in home.parents:
+        problem = (
+            f"contains your home directory {home}: the agents could read your keys and "
+            "credentials"
+        )
     elif workspace == state_dir:
         problem = (
             "is Baton's state directory (BATON_STATE_DIR): the agents could change its database"

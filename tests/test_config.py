@@ -259,6 +259,7 @@ def test_secret_values_are_the_configured_credentials(
     [
         ("/", None, "is the root directory"),
         ("{home}", "{tmp}/state", "is your home directory"),
+        ("{home_parent}", "{tmp}/state", "contains your home directory {home}"),
         ("{tmp}/ws", "{tmp}/ws", "is Baton's state directory"),
         ("{tmp}/ws", "{tmp}/ws/.state", "contains Baton's state directory {tmp}/ws/.state"),
         ("{tmp}", "{tmp}/a/b/state", "contains Baton's state directory {tmp}/a/b/state"),
@@ -275,7 +276,7 @@ def test_unsafe_workspaces_are_refused(
     tmp = tmp_path.resolve()
 
     def fill(text: str) -> str:
-        return text.format(home=home, tmp=tmp)
+        return text.format(home=home, home_parent=home.parent, tmp=tmp)
 
     (tmp / "ws").mkdir()
     monkeypatch.setenv("BATON_WORKSPACE", fill(workspace))
