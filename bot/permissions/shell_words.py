@@ -9,6 +9,8 @@ commands hidden inside other commands so they are checked too: ``$(...)``,
 backticks, ``<(...)``, subshells and ``{ ...; }`` groups, ``if``/``for``/``while``/
 ``case`` bodies, functions, ``sh -c``, ``eval``, ``xargs``, ``find -exec`` and
 here-documents or here-strings fed to a shell.
+Which arguments of ``sh -c``, ``su -c``, ``xargs`` and ``find -exec`` hold the
+inner command is read by :mod:`bot.permissions.inner_commands`.
 
 Whatever the grammar rejects, or what is too large or too deeply nested, raises
 :class:`CommandParseError`; callers treat that as "a human has to look at this".
@@ -31,7 +33,6 @@ from bot.permissions.argv import (
     program_name,
     redirect_targets,
     redirections,
-    skip_options,
     unwrap_command,
 )
 from bot.permissions.bash_tree import (
@@ -41,6 +42,12 @@ from bot.permissions.bash_tree import (
     parse_tree,
     unescape_double_quoted,
     unescape_unquoted,
+)
+from bot.permissions.inner_commands import (
+    find_exec_commands,
+    shell_script_argument,
+    su_script_argument,
+    xargs_command,
 )
 
 __all__ = [
@@ -490,79 +497,22 @@ def _derived_scripts(
         return NestedScript(kind="exec", script=Script(pipelines=((inner,),)))
 
     if program in SHELL_PROGRAMS:
-        text = _shell_script_argument(args)
+        text = shell_script_argument(args)
         if text is not None:
             return [script(text)]
         found = [script(body) for body in heredocs]
         found += [script(target) for op, target in redirections(words) if op == "<<<"]
         return found
     if program == "su":
-        text = _su_script_argument(args)
+        text = su_script_argument(args)
         return [script(text)] if text is not None else []
     if program == "eval" and args:
         return [script(" ".join(args))]
     if program == "xargs":
-        return [run(_xargs_command(args))]
+        return [run(xargs_command(args))]
     if program == "find":
-        return [run(argv) for argv in _find_exec_commands(args) if argv]
+        return [run(argv) for argv in find_exec_commands(args) if argv]
     return []
-
-
-def _shell_script_argument(args: Sequence[str]) -> str | None:
-    """The script of ``sh -c SCRIPT``, or None when the shell reads a file or stdin."""
-    has_c = False
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        index += 1
-        if arg in ("--", "-"):
-            break
-        if arg in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
-            index += 1
-        elif arg.startswith("--"):
-            continue
-        elif arg.startswith(("-", "+")) and len(arg) > 1:
-            has_c = has_c or (arg[0] == "-" and "c" in arg[1:])
-        else:
-            return arg if has_c else None
-    if has_c and index < len(args):
-        return args[index]
-    return None
-
-
-def _su_script_argument(args: Sequence[str]) -> str | None:
-    for index, arg in enumerate(args):
-        if arg in ("-c", "--command") and index + 1 < len(args):
-            return args[index + 1]
-        if arg.startswith("--command="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def _xargs_command(args: Sequence[str]) -> tuple[str, ...]:
-    start = skip_options(
-        args,
-        short="aEdILnPs",
-        long=frozenset(
-            {"--arg-file", "--delimiter", "--eof", "--replace", "--max-lines", "--max-args",
-             "--max-procs", "--max-chars", "--process-slot-var"}
-        ),
-    )  # fmt: skip
-    return tuple(args[start:]) or ("echo",)
-
-
-def _find_exec_commands(args: Sequence[str]) -> list[tuple[str, ...]]:
-    commands: list[tuple[str, ...]] = []
-    index = 0
-    while index < len(args):
-        if args[index] in ("-exec", "-execdir", "-ok", "-okdir"):
-            end = index + 1
-            while end < len(args) and args[end] not in (";", "+"):
-                end += 1
-            commands.append(tuple(args[index + 1 : end]))
-            index = end
-        index += 1
-    return commands
 
 
 # --------------------------------------------------------------------------------------
