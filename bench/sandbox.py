@@ -4,12 +4,15 @@ Run: `make bench` or `.venv/bin/python -m bench.sandbox [--calls N]`.
 Runs `true` N times through the Bash tool without and with the sandbox (a
 workspace laid out like a real one: a git repository, `.baton/`, a database) and
 prints the median and p90 wall time per call, and what the sandbox adds.
+`--owner UID` (as root) gives the workspace to UID first, so the sandbox runs
+commands as that owner (bwrap unprivileged, under a process limit).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sqlite3
 import statistics
 import subprocess
@@ -51,9 +54,18 @@ async def timed_calls(bash: Bash, calls: int) -> list[float]:
     return times
 
 
-async def measure(calls: int) -> None:
+def give(root: Path, uid: int) -> None:
+    """The workspace to `uid` (its parent readable by all, for the owner's bwrap)."""
+    root.parent.chmod(0o755)
+    for path in [root, *root.rglob("*")]:
+        os.chown(path, uid, uid, follow_symlinks=False)
+
+
+async def measure(calls: int, owner: int | None) -> None:
     with tempfile.TemporaryDirectory() as directory:
-        workspace = make_workspace(Path(directory))
+        workspace = make_workspace(Path(directory) / "ws")
+        if owner is not None:
+            give(workspace.root, owner)
         policy = SandboxPolicy.for_workspace(workspace.root, databases=workspace.private_files)
         sandbox = await Sandbox.probe(policy)
         if not sandbox.available:
@@ -75,8 +87,9 @@ async def measure(calls: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=100)
+    parser.add_argument("--owner", type=int, help="uid to give the workspace to (as root)")
     args = parser.parse_args()
-    asyncio.run(measure(args.calls))
+    asyncio.run(measure(args.calls, args.owner))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """The OS sandbox every `bash` call runs in: a policy, the bwrap profile it becomes, a runner."""
 
 from bot.sandbox.environment import minimal_environment
+from bot.sandbox.identity import run_as
 from bot.sandbox.policy import PROTECTED_NAMES, SandboxPolicy, sqlite_companions
 from bot.sandbox.profile import SANDBOX_HOME, Profile, build_profile
-from bot.sandbox.runner import Sandbox, find_bwrap
+from bot.sandbox.runner import Sandbox, find_bwrap, find_prlimit
 
 __all__ = [
     "PROTECTED_NAMES",
@@ -13,6 +14,8 @@ __all__ = [
     "SandboxPolicy",
     "build_profile",
     "find_bwrap",
+    "find_prlimit",
     "minimal_environment",
+    "run_as",
     "sqlite_companions",
 ]

@@ -3,11 +3,13 @@
 The profile, in the order bwrap applies it:
 
 - namespaces: a new user namespace (when the kernel allows one; the command keeps the
-  caller's uid and gid, so what it writes in the workspace is owned as if the bot had
-  written it, but whatever capabilities it had belong to that namespace, not the
-  host), new PID, IPC, UTS and (when possible) cgroup namespaces, a new network
-  namespace unless the policy allows the network; `--die-with-parent`,
-  `--new-session` and every capability dropped;
+  uid and gid bwrap was started with, so what it writes in the workspace is owned as
+  if that user had written it, but whatever capabilities it had belong to that
+  namespace, not the host; the runner starts bwrap as the workspace's owner when
+  Baton is root and the workspace is not, see `bot.sandbox.identity`), new PID, IPC,
+  UTS and (when possible) cgroup namespaces, a new network namespace unless the
+  policy allows the network; `--die-with-parent`, `--new-session` and every
+  capability dropped;
 - the system, read-only: /usr, /bin, /sbin, /lib*, /etc and /opt (symlinked /bin and
   /lib stay symlinks); the host's password hashes, SSH host keys and TLS private
   keys are masked, since Baton may run as root;
@@ -33,9 +35,11 @@ The profile, in the order bwrap applies it:
 No other host directory is mounted: not /root, /home, /srv, /var, /run, the
 workspace's siblings nor Baton's state directory.
 
-Not promised: limits on CPU, memory or the number of processes beyond the timeout
-(no cgroup); nested repositories the command creates in the workspace are its own
-files, hooks and config included (like a Makefile someone later runs).
+Not promised: limits on CPU or memory beyond the timeout (no cgroup), nor on the
+number of processes of a command that runs as root (the runner limits them for one
+that runs as the workspace's owner); nested repositories the command creates in the
+workspace are its own files, hooks and config included (like a Makefile someone
+later runs).
 """
 
 from __future__ import annotations

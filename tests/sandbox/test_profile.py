@@ -201,3 +201,37 @@ def test_without_a_user_namespace_the_probe_falls_back_and_says_so(tmp_path: Pat
     assert "uid map: Permission denied" in sandbox.reason
     with sandbox.command(SandboxPolicy.for_workspace(tmp_path), ["true"]) as argv:
         assert "--unshare-user" not in argv
+
+
+def test_as_the_owner_bwrap_starts_with_its_ids_and_the_command_under_a_limit(
+    tmp_path: Path,
+) -> None:
+    policy = SandboxPolicy.for_workspace(tmp_path)
+    limiter = Path("/usr/bin/prlimit")
+    owner = Sandbox(
+        Path("/usr/bin/bwrap"),
+        available=True,
+        reason="test",
+        run_as=(1000, 1001),
+        limiter=limiter,
+        process_headroom=100,
+    )
+    assert owner.credentials() == {"user": 1000, "group": 1001, "extra_groups": []}
+    with owner.command(policy, ["bash", "-c", "true"]) as argv:
+        tail = argv[argv.index("--") + 1 :]
+    assert tail[0] == str(limiter)
+    assert tail[1].startswith("--nproc=")
+    assert int(tail[1].removeprefix("--nproc=")) >= 100
+    assert tail[2:] == ["--", "bash", "-c", "true"]
+    # As Baton (root, or not root at all): no ids handed on, no limit (root is exempt).
+    plain = Sandbox(Path("/usr/bin/bwrap"), available=True, reason="test", limiter=limiter)
+    assert plain.credentials() == {}
+    with plain.command(policy, ["bash", "-c", "true"]) as argv:
+        assert argv[argv.index("--") + 1 :] == ["bash", "-c", "true"]
+
+
+def test_the_process_headroom_grows_with_the_cpus() -> None:
+    from bot.sandbox.identity import PROCESS_HEADROOM_MIN, process_headroom
+
+    assert process_headroom(2) == PROCESS_HEADROOM_MIN
+    assert process_headroom(128) > PROCESS_HEADROOM_MIN

@@ -141,3 +141,10 @@ async def test_a_sandboxed_bash_keeps_the_tools_contract(tmp_path: Path) -> None
     out = await asyncio.wait_for(bash.run(BashArgs(command=command, timeout_s=1)), 20)
     assert "timed out after 1 s" in out
     assert sorted(p.name for p in root.iterdir()) == ["main.pid"]
+
+
+async def test_unsandboxed_commands_run_as_the_bot(workspace: Workspace) -> None:
+    bash = Bash(workspace, sandbox=Sandbox.unavailable("bwrap is not installed"))
+    assert bash.run_as is None
+    out = await bash.run(BashArgs(command="id -u"))
+    assert out == f"exit code 0\n{os.geteuid()}\n"
