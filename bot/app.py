@@ -116,11 +116,8 @@ async def build_baton(settings: Settings) -> Baton:
     config = [settings.config_path] if settings.config_path else []
     # Baton's database and configuration are out of every tool's reach: the file tools
     # refuse them by identity, the sandbox hides them.
-    workspace = Workspace(
-        settings.workspace, protected_files=config, private_files=[*database_files, *config]
-    )
     policy = SandboxPolicy.for_workspace(
-        workspace.root,
+        settings.workspace,
         masked=config,
         databases=database_files[:1],
         network=settings.sandbox.network,
@@ -130,6 +127,13 @@ async def build_baton(settings: Settings) -> Baton:
         logger.warning(
             "no OS sandbox for commands (%s): every bash call will ask a person", sandbox.reason
         )
+    workspace = Workspace(
+        settings.workspace,
+        protected_files=config,
+        private_files=[*database_files, *config],
+        # What the file tools create belongs to whom the commands run as.
+        owner=sandbox.run_as if sandbox.available else None,
+    )
     openai_client = openai.AsyncOpenAI(
         # A local OpenAI-compatible server often needs no key; the client insists on one.
         api_key=settings.openai_api_key or "not-needed",

@@ -263,13 +263,14 @@ def reopen(found: Walk, flags: int) -> int:
     return os.open(found.name, flags, dir_fd=found.dir_fd)
 
 
-def make_dirs(found: Walk) -> Walk:
+def make_dirs(found: Walk, owner: tuple[int, int] | None = None) -> Walk:
     """Create the missing parent directories of `found`, each relative to the last.
 
     Returns a walk whose `dir_fd` is the directory that will hold the final name
     (and which owns the new descriptors). `mkdir` never follows a symlink, and each
     new directory is opened with `O_NOFOLLOW | O_DIRECTORY`, so a link planted in
-    between is refused rather than followed.
+    between is refused rather than followed. With `owner` (uid, gid), each new
+    directory is given to it, through the descriptor just opened.
     """
     if found.missing <= 1:
         return found
@@ -288,8 +289,25 @@ def make_dirs(found: Walk) -> Walk:
                 f"{'/'.join(found.parts)!r}: {name} could not be made a directory ({exc.strerror})"
             ) from exc
         found._owned.append(current)
+        if owner is not None:
+            give(current, owner)
         ids.append(identity(os.fstat(current)))
     found.dir_fd = current
     found.dir_ids = tuple(ids)
     found.missing = 1
     return found
+
+
+def give(fd: int, owner: tuple[int, int]) -> None:
+    """Make `owner` own what `fd` refers to (an `O_PATH` descriptor works too).
+
+    When Baton runs as root in a workspace that belongs to someone else, what its
+    tools create must be that person's, or the commands (which run as them) could not
+    change it later.
+    """
+    uid, gid = owner
+    try:
+        os.chown(fd, uid, gid)
+    except (OSError, NotImplementedError):
+        # O_PATH descriptors refuse fchown on some kernels; chown through /proc instead.
+        os.chown(f"/proc/self/fd/{fd}", uid, gid)

@@ -23,6 +23,7 @@ from bot.tools.safe_open import (
     MAX_REOPEN_ATTEMPTS,
     Identity,
     Walk,
+    give,
     identity,
     make_dirs,
     reopen,
@@ -82,6 +83,7 @@ class Workspace:
         *,
         protected_files: Iterable[Path | str] = (),
         private_files: Iterable[Path | str] = (),
+        owner: tuple[int, int] | None = None,
     ) -> None:
         root_path = Path(root).expanduser()
         if not root_path.is_dir():
@@ -99,6 +101,9 @@ class Workspace:
             ]
         )
         self.private_files = frozenset(Path(p).expanduser().resolve() for p in private_files)
+        # Whom new files and directories belong to: the workspace's owner when Baton,
+        # running as root, runs commands as them (`bot.sandbox.run_as`); else Baton.
+        self.owner = owner
         # Absolute paths may name the root as it is, or as the operator spelled it
         # (through a symlink); anything else absolute is outside.
         spelled = os.path.normpath(os.path.abspath(root_path))
@@ -274,7 +279,7 @@ class Workspace:
             return Opened(fd=fd, stat=os.fstat(fd), path=resolved, shown=shown)
 
     def _create(self, found: Walk, shown: str) -> Opened:
-        make_dirs(found)
+        make_dirs(found, self.owner)
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             fd = os.open(found.name, flags, 0o644, dir_fd=found.dir_fd)
@@ -282,6 +287,8 @@ class Workspace:
             raise ToolError(f"{shown} appeared while it was being created; try again") from exc
         except OSError as exc:
             raise ToolError(f"{shown} cannot be created: {exc.strerror}") from exc
+        if self.owner is not None:
+            give(fd, self.owner)
         return Opened(
             fd=fd, stat=os.fstat(fd), path=self._absolute(found.parts), shown=shown, created=True
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -19,9 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from bot.app import build_baton
 from bot.sandbox import Sandbox, SandboxPolicy, run_as
 from bot.sandbox.identity import process_limit, tasks_of
 from bot.tools.shell import Bash, BashArgs
+from tests.conftest import make_settings
+from tests.fakes.openai_api import FakeOpenAI
 from tests.sandbox.conftest import REQUIRE, Site, make_site, require
 
 OWNER = 1000
@@ -298,3 +302,31 @@ async def test_a_workspace_its_owner_cannot_reach_runs_as_root(tmp_path: Path) -
     assert f"as root: not as the workspace's owner (uid {OWNER})" in sandbox.reason
     assert "the owner needs unprivileged user namespaces, and to reach" in sandbox.reason
     assert await run(site.bash(sandbox), "id -u") == "exit code 0\n0\n"
+
+
+async def test_files_the_tools_create_belong_to_the_owner_the_commands_run_as(
+    owned: Site, fake_llm: FakeOpenAI
+) -> None:
+    """write_file runs in Baton (root); what it makes must stay the owner's to change."""
+    root = owned.workspace.root
+    state = owned.root / "baton-state"
+    state.mkdir()
+    settings = make_settings(
+        owned.root, fake_llm.url, workspace=root,
+        database_url=f"sqlite:///{state / 'baton.db'}", state_dir=state,
+    )  # fmt: skip
+    baton = await build_baton(settings)
+    try:
+        as_owner(baton.sandbox)
+        write = baton.tools.get("write_file")
+        bash = baton.tools.get("bash")
+        assert write is not None and bash is not None
+        await write.run(write.parse_arguments('{"path": "new/dir/made.txt", "content": "a\\n"}'))
+        for path in (root / "new", root / "new" / "dir", root / "new" / "dir" / "made.txt"):
+            info = path.stat()
+            assert (info.st_uid, info.st_gid) == (OWNER, OWNER), path
+        command = "echo b >> new/dir/made.txt && touch new/dir/more && cat new/dir/made.txt"
+        out = await bash.run(bash.parse_arguments(json.dumps({"command": command})))
+        assert out == "exit code 0\na\nb\n"
+    finally:
+        await baton.close()
