@@ -252,9 +252,12 @@ async def test_the_process_limit_holds_a_flood_back(owned: Site) -> None:
     assert process_limit(OWNER, 24) >= 24
     # More children than the limit lets in: bash's fork fails ("retry") until some exit.
     command = "n=$(ulimit -u); for i in $(seq $((n + 20))); do sleep 1 & done; wait; echo done"
-    out = await run(owned.bash(sandbox), command, 60)
+    bash = owned.bash(sandbox)
+    out = await run(bash, command, 60)
     assert "Resource temporarily unavailable" in out, out
-    assert out.rstrip().endswith("done"), out
+    # The cap is the call's own: the next call starts as usual. (Whether bash gets its
+    # fork through after retrying depends on the machine's load, so it is not asserted.)
+    assert await run(bash, "echo next") == "exit code 0\nnext\n"
 
 
 async def test_without_namespaces_for_the_owner_commands_run_as_root(
