@@ -58,6 +58,10 @@ class SandboxPolicy:
         removed_if_created: Paths a call may not leave behind: one that did not
             exist when the call began and does when it ends is removed (see
             `Sandbox.command`).
+        heads: git `HEAD` files a call may change but not break: one that no longer
+            names a branch or a commit when the call ends gets its old content back
+            (a broken `.git/HEAD` makes git take the workspace itself for a bare
+            repository, with a config the command wrote).
     """
 
     workspace: Path
@@ -66,6 +70,7 @@ class SandboxPolicy:
     network: bool = False
     files: tuple[Path, ...] = ()
     removed_if_created: tuple[Path, ...] = ()
+    heads: tuple[Path, ...] = ()
 
     @classmethod
     def for_workspace(
@@ -98,6 +103,7 @@ class SandboxPolicy:
             network=network,
             files=tuple(root / name for name in PROTECTED_FILE_NAMES),
             removed_if_created=tuple(root / name for name in REMOVED_IF_CREATED_NAMES),
+            heads=(root / ".git" / "HEAD",),
         )
 
 

@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shutil
+import stat
 import tempfile
 import weakref
 from collections import Counter
@@ -263,6 +265,7 @@ class Sandbox:
             user_namespace=self.user_namespace,
         )
         absent = [p for p in policy.removed_if_created if not os.path.lexists(p)]
+        heads = {p: head for p in policy.heads if (head := read_head(p)) is not None}
         self._held.update(profile.placeholders)
         try:
             yield [str(self.binary), *profile.arguments, "--", *self._limited(argv)]
@@ -272,12 +275,14 @@ class Sandbox:
                 if self._held[path] <= 0:
                     del self._held[path]
                     _remove_placeholder(path)
-            for path in absent:
-                if os.path.lexists(path):
-                    note = _remove_created(path)
-                    logger.warning("%s", note)
-                    if notes is not None:
-                        notes.append(note)
+            undone = [_remove_created(path) for path in absent if os.path.lexists(path)]
+            undone += [
+                _restore_head(path, head) for path, head in heads.items() if not valid_head(path)
+            ]
+            for note in undone:
+                logger.warning("%s", note)
+                if notes is not None:
+                    notes.append(note)
 
     def _limited(self, argv: Sequence[str]) -> list[str]:
         """`argv` under the call's process limit, where one applies (run as the owner).
@@ -325,6 +330,54 @@ def _remove_created(path: Path) -> str:
         f"[Baton removed {path}, which this command created: it would point git outside "
         "the sandbox's protections (another config, whose programs the next `git status` "
         "on the host would run)]"
+    )
+
+
+_HEAD = re.compile(rb"(?:ref: refs/[^\s]+|[0-9a-f]{40}|[0-9a-f]{64})\n?")
+MAX_HEAD_BYTES = 4096
+
+
+def read_head(path: Path) -> bytes | None:
+    """The content of a git `HEAD` file, if it is a regular file (links not followed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, MAX_HEAD_BYTES)
+    finally:
+        os.close(fd)
+
+
+def valid_head(path: Path) -> bool:
+    """Whether `path` still names a branch or a commit, as git requires of `HEAD`."""
+    head = read_head(path)
+    return head is not None and _HEAD.fullmatch(head) is not None
+
+
+def _restore_head(path: Path, head: bytes) -> str:
+    """Put back what `HEAD` held before a command broke it; say what was done, and why."""
+    try:
+        owner = os.stat(path.parent)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(path, flags, 0o644)
+        try:
+            os.write(fd, head)
+            os.fchown(fd, owner.st_uid, owner.st_gid)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return f"[Baton could not restore {path}, which this command broke: {exc}]"
+    return (
+        f"[Baton restored {path}, which this command left naming no branch or commit: git "
+        "would then take the workspace itself for a repository, with a configuration the "
+        "command wrote]"
     )
 
 

@@ -144,7 +144,7 @@ class Bash(Tool):
         notes: list[str] = []
         with self._command_line(args.command, notes) as argv:
             output = await self._run(argv, args.timeout_s)
-        return "\n".join([output, *(f"[{note}]" for note in notes)])
+        return "\n".join([output, *notes])
 
     async def _run(self, argv: list[str], timeout_s: int) -> str:
         try:

@@ -185,9 +185,12 @@ def present(path: Path) -> bool:
 
 def host_git_status(root: Path) -> subprocess.CompletedProcess[str]:
     """What the operator's next `git status` on the host does in the workspace."""
-    return subprocess.run(
-        ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=30
-    )
+    return host_git(root, "status", "--porcelain")
+
+
+def host_git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A git command the operator types on the host, in the workspace."""
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
 
 
 def evil_repository(marker: Path) -> str:
@@ -342,3 +345,36 @@ async def test_a_nested_repository_behind_a_gitlink_runs_nothing(
     )
     host_git_status(root)
     assert not marker.exists()
+
+
+async def test_a_broken_head_is_restored_so_the_workspace_never_becomes_a_bare_repository(
+    site: Site, sandbox: Sandbox
+) -> None:
+    """A broken `.git/HEAD` makes git take the workspace for a bare repository."""
+    root = site.workspace.root
+    marker = site.root / "alias-ran"
+    bash = site.bash(sandbox)
+    await run(bash, "echo a > a.txt && git add a.txt && git commit -qm one")
+    head = (root / ".git" / "HEAD").read_bytes()
+    plant = (
+        "cp -r .git/objects .git/refs . && cp .git/HEAD HEAD && "
+        f"printf '[alias]\\n\\tst = !touch {marker}\\n' > config"
+    )
+    assert (await run(bash, plant)).startswith("exit code 0")
+    for breaking in ("printf 'garbage\\n' > .git/HEAD", "rm .git/HEAD && mkdir .git/HEAD",
+                     "rm .git/HEAD && ln -s ../HEAD .git/HEAD"):  # fmt: skip
+        out = await run(bash, f"{breaking} && echo planted")
+        assert "planted" in out, out
+        assert "Baton restored" in out.splitlines()[-1], out
+        assert (root / ".git" / "HEAD").read_bytes() == head
+        # The operator's alias lookup reads .git/config again, not the planted one.
+        host_git(root, "st")
+        assert not marker.exists()
+    # Broken by hand, the same plant does run the program: the attack is real.
+    (root / ".git" / "HEAD").write_text("garbage\n")
+    host_git(root, "st")
+    assert marker.exists()
+    (root / ".git" / "HEAD").write_bytes(head)
+    # Changing branch is still git's business: a valid HEAD is left as it is.
+    out = await run(bash, "git checkout -q -b feature && cat .git/HEAD")
+    assert out == "exit code 0\nref: refs/heads/feature\n"
