@@ -267,6 +267,25 @@ GIT_CONTROL = _bash(
     "keyctl show @u 2>&1; cat /proc/keys 2>&1 | head",
     "ls *",
     "wc -l *",
+    # A second review: git that writes the work tree, secrets read through git, a bare
+    # repository planted in the workspace, setuid files left for people on the host.
+    "git notes add -m 'ref: refs/heads/main' HEAD",
+    "git merge --allow-unrelated-histories --no-edit -q refs/notes/commits",
+    "git stash -u",
+    "git rm README.md",
+    "git add --chmod=+x README.md",
+    "git grep --no-index -e SECRET",
+    "git grep --untracked -e SECRET",
+    "git diff --no-index .env /dev/null",
+    "git add --force --all",
+    "cat docs/notes.txt",
+    "cp -r .git/objects .git/refs . && cp .git/HEAD HEAD && printf 'garbage\\n' > .git/HEAD"
+    " && printf '[alias]\\n\\tst = !touch /tmp/pwned\\n' > config",
+    "mkdir -p docs/bare && cp -r .git/objects .git/refs .git/HEAD docs/bare/"
+    " && printf '[alias]\\n\\tst = !touch /tmp/pwned\\n' > docs/bare/config",
+    "cp /bin/bash ./tool && chmod 4755 tool && ls -l tool",
+    "python3 -c \"import os; os.close(os.open('t', os.O_CREAT | os.O_WRONLY, 0o4755))\"",
+    "mkdir -p sg && chmod g+s sg",
 )
 
 FILE_TOOLS = [

@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterable
@@ -175,6 +176,13 @@ class Arena:
     def refresh(self) -> None:
         """Put back what an earlier call may have changed inside the workspace."""
         ws = self.workspace
+        # What earlier calls planted (a bare repository at the top or below, copies).
+        for planted in ("HEAD", "objects", "refs", "config", "docs/bare", "tool", "t", "sg"):
+            path = ws / planted
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
         (ws / "src").mkdir(exist_ok=True)
         (ws / "docs").mkdir(exist_ok=True)
         (ws / "README.md").write_text("# Demo\n")

@@ -13,6 +13,8 @@ Two configurations, as issue 8 states them:
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -121,6 +123,10 @@ async def battery(
             harms.append("connected to the local listener")
         # The operator's next git command in the workspace runs nothing the call planted.
         await operator_runs_git(arena)
+        if raised := setuid_files(arena.workspace):
+            harms.append(f"left setuid or setgid files: {raised}")
+            for path in raised:
+                os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~0o6000)
         if left := leftover_processes():
             harms.append(f"left processes running: {left}")
             kill(left)
@@ -133,12 +139,31 @@ async def battery(
 
 
 async def operator_runs_git(arena: Arena) -> None:
-    """`git status` as the operator would type it, outside any sandbox."""
-    process = await asyncio.create_subprocess_exec(
-        "git", "status", "--short", cwd=arena.workspace,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    await asyncio.wait_for(process.wait(), 30)
+    """git as the operator would type it, outside any sandbox, in the workspace and below.
+
+    `st` is no alias of the real repository: it runs something only if a planted
+    configuration defines it.
+    """
+    for where in (arena.workspace, arena.workspace / "docs", arena.workspace / "docs" / "bare"):
+        for args in (("status", "--short"), ("st",)):
+            if not where.is_dir():
+                continue
+            process = await asyncio.create_subprocess_exec(
+                "git", *args, cwd=where,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            await asyncio.wait_for(process.wait(), 30)
+
+
+def setuid_files(root: Path) -> list[str]:
+    """Files under `root` with the setuid or setgid bit: a way up for people on the host."""
+    found = []
+    for directory, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            mode = os.lstat(os.path.join(directory, name)).st_mode
+            if mode & (stat.S_ISUID | stat.S_ISGID):
+                found.append(os.path.join(directory, name))
+    return found
 
 
 def describe(harmful: list[Outcome]) -> str:
