@@ -5,6 +5,11 @@ directories. The walk opens each directory relative to its parent with `O_NOFOLL
 `**` never descends through a symlink, a named component only through one that stays
 inside the workspace (walked again from the root), and a symlink is reported only
 when its target is inside. Baton's private files are never listed.
+
+The walk is polynomial: it remembers each (directory, pattern position) pair it has
+matched, so neither `**` nor links back up the tree (`ln -s . l`) revisit a state, and a
+pattern has at most `MAX_GLOB_PARTS` components. A deadline and a stop flag (set when
+the tool call is cancelled) still bound it; the caller then reports partial results.
 """
 
 from __future__ import annotations
@@ -12,16 +17,30 @@ from __future__ import annotations
 import fnmatch
 import os
 import stat
+import threading
+import time
 from dataclasses import dataclass, field
 
-from bot.errors import WorkspaceError
+from bot.errors import ToolError, WorkspaceError
 from bot.tools.safe_open import identity, reopen
 from bot.tools.workspace import Guard, Workspace
 
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", ".venv", "__pycache__"})
 # Deeper trees are not searched: each level holds one descriptor open.
 MAX_GLOB_DEPTH = 100
+# Longer patterns are refused: the work grows with directories times components.
+MAX_GLOB_PARTS = 64
+# Directory entries read between two looks at the clock and the stop flag.
+ENTRIES_PER_CHECK = 256
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass(slots=True)
+class GlobResult:
+    """Matching workspace-relative paths, newest first; `stopped` if cut short."""
+
+    paths: list[str]
+    stopped: bool = False
 
 
 @dataclass(slots=True, kw_only=True)
@@ -29,26 +48,55 @@ class _Glob:
     workspace: Workspace
     guard: Guard
     parts: list[str]
+    deadline: float
+    stop: threading.Event
     found: dict[str, float] = field(default_factory=dict)
+    # (st_dev, st_ino, pattern position) already matched: each is matched once.
+    seen: set[tuple[int, int, int]] = field(default_factory=set)
+    stopped: bool = False
+
+    def should_stop(self) -> bool:
+        if not self.stopped and (self.stop.is_set() or time.monotonic() > self.deadline):
+            self.stopped = True
+        return self.stopped
 
     def match(self, dir_fd: int, real: tuple[str, ...], shown: tuple[str, ...], i: int) -> None:
         """Match `parts[i:]` below the directory `dir_fd` (real path `real`)."""
+        if self.should_stop():
+            return
+        try:
+            st = os.fstat(dir_fd)
+        except OSError:
+            return
+        # The same directory at the same position matches the same names below it: only
+        # the first path that reaches it is walked (others are aliases through links).
+        state = (st.st_dev, st.st_ino, i)
+        if state in self.seen:
+            return
+        self.seen.add(state)
         if i == len(self.parts):
             if shown:
-                self.found.setdefault("/".join(shown), os.fstat(dir_fd).st_mtime)
+                self.found.setdefault("/".join(shown), st.st_mtime)
             return
         if len(shown) >= MAX_GLOB_DEPTH:
             return
         part = self.parts[i]
-        entries = _entries(dir_fd)
+        entries = self._entries(dir_fd)
         if part == "**":
             self.match(dir_fd, real, shown, i + 1)
             for name, st in entries:
+                if self.stopped:
+                    return
                 if stat.S_ISDIR(st.st_mode) and name not in SKIPPED_DIRS:
                     self._descend(dir_fd, name, real, shown, i)
             return
         last = i == len(self.parts) - 1
-        for name, st in entries:
+        # Real directories before links, so a directory reached both ways is shown by
+        # its own path.
+        entries.sort(key=lambda entry: stat.S_ISLNK(entry[1].st_mode))
+        for n, (name, st) in enumerate(entries):
+            if self.stopped or (n % ENTRIES_PER_CHECK == 0 and self.should_stop()):
+                return
             if name in SKIPPED_DIRS or not fnmatch.fnmatchcase(name, part):
                 continue
             if last:
@@ -101,40 +149,65 @@ class _Glob:
             return
         self.found.setdefault("/".join((*shown, name)), st.st_mtime)
 
+    def _entries(self, dir_fd: int) -> list[tuple[str, os.stat_result]]:
+        """A directory's entries with their own (not followed) status, in name order."""
+        entries = []
+        try:
+            with os.scandir(dir_fd) as it:
+                for n, entry in enumerate(it, 1):
+                    if n % ENTRIES_PER_CHECK == 0 and self.should_stop():
+                        break
+                    try:
+                        entries.append((entry.name, entry.stat(follow_symlinks=False)))
+                    except OSError:
+                        continue
+        except OSError:
+            return []
+        return sorted(entries)
 
-def _entries(dir_fd: int) -> list[tuple[str, os.stat_result]]:
-    """A directory's entries with their own (not followed) status, in name order."""
-    entries = []
-    try:
-        with os.scandir(dir_fd) as it:
-            for entry in it:
-                try:
-                    entries.append((entry.name, entry.stat(follow_symlinks=False)))
-                except OSError:
-                    continue
-    except OSError:
-        return []
-    return sorted(entries)
 
+def pattern_parts(pattern: str) -> list[str]:
+    """The pattern's components; repeated `**` collapse, so the walk stays linear.
 
-def _parts(pattern: str) -> list[str]:
-    """The pattern's components; repeated `**` collapse, so the walk stays linear."""
+    Raises:
+        ToolError: The pattern has more than `MAX_GLOB_PARTS` components.
+    """
     parts: list[str] = []
     for part in pattern.split("/"):
         if part in ("", ".") or (part == "**" and parts[-1:] == ["**"]):
             continue
         parts.append(part)
+        if len(parts) > MAX_GLOB_PARTS:
+            raise ToolError(
+                f"the pattern has more than {MAX_GLOB_PARTS} components; use a shorter one "
+                "(or start from a deeper path)"
+            )
     return parts
 
 
-def glob_paths(workspace: Workspace, path: str, pattern: str) -> list[str]:
-    """Workspace-relative paths under directory `path` matching `pattern`, newest first."""
+def glob_paths(
+    workspace: Workspace,
+    path: str,
+    pattern: str,
+    *,
+    deadline: float,
+    stop: threading.Event,
+) -> GlobResult:
+    """Workspace-relative paths under directory `path` matching `pattern`, newest first.
+
+    Args:
+        deadline: A `time.monotonic()` value after which the walk stops.
+        stop: Set by the caller to stop early (the tool call was cancelled).
+    """
+    parts = pattern_parts(pattern)
     opened = workspace.open_dir(path)
     try:
         state = _Glob(
             workspace=workspace,
             guard=workspace.guard(),
-            parts=_parts(pattern),
+            parts=parts,
+            deadline=deadline,
+            stop=stop,
         )
         real = opened.path.relative_to(workspace.root).parts
         state.match(opened.fd, real, (), 0)
@@ -142,4 +215,4 @@ def glob_paths(workspace: Workspace, path: str, pattern: str) -> list[str]:
         opened.close()
     prefix = "" if opened.shown == "." else opened.shown + "/"
     ordered = sorted(state.found.items(), key=lambda item: (-item[1], item[0]))
-    return [prefix + shown for shown, _ in ordered]
+    return GlobResult([prefix + shown for shown, _ in ordered], stopped=state.stopped)

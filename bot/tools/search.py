@@ -11,7 +11,7 @@ from pydantic import Field
 
 from bot.errors import ToolError
 from bot.tools.base import Tool, ToolArguments
-from bot.tools.glob_walk import glob_paths
+from bot.tools.glob_walk import glob_paths, pattern_parts
 from bot.tools.grep_scan import (
     MAX_GREP_FILE_BYTES,
     MAX_GREP_LINE_CHARS,
@@ -24,9 +24,11 @@ from bot.tools.grep_scan import (
 from bot.tools.workspace import Workspace
 
 MAX_GLOB_RESULTS = 500
+DEFAULT_GLOB_DEADLINE_S = 30.0
 DEFAULT_GREP_DEADLINE_S = 30.0
 
 __all__ = [
+    "DEFAULT_GLOB_DEADLINE_S",
     "DEFAULT_GREP_DEADLINE_S",
     "MAX_GLOB_RESULTS",
     "MAX_GREP_FILE_BYTES",
@@ -54,8 +56,11 @@ class Glob(Tool):
     main_argument = "pattern"
     argument_kind = "pattern"
 
-    def __init__(self, workspace: Workspace) -> None:
+    def __init__(
+        self, workspace: Workspace, *, deadline_s: float = DEFAULT_GLOB_DEADLINE_S
+    ) -> None:
         self.workspace = workspace
+        self.deadline_s = deadline_s
 
     async def run(self, args: GlobArgs) -> str:
         pure = PurePath(args.pattern)
@@ -63,15 +68,33 @@ class Glob(Tool):
             raise ToolError("the pattern must be relative and stay inside the workspace; use path")
         if "\x00" in args.pattern:
             raise ToolError("the pattern contains a NUL byte")
-        matches = await asyncio.to_thread(glob_paths, self.workspace, args.path, args.pattern)
-        if not matches:
-            return f"no files match {args.pattern!r}"
+        pattern_parts(args.pattern)  # a pattern too long is refused before any walk
+        stop = threading.Event()
+        try:
+            # Off the event loop; the deadline and the stop flag bound the worker thread.
+            result = await asyncio.to_thread(
+                glob_paths,
+                self.workspace,
+                args.path,
+                args.pattern,
+                deadline=time.monotonic() + self.deadline_s,
+                stop=stop,
+            )
+        finally:
+            # A cancelled call leaves its thread running; this makes it stop soon.
+            stop.set()
+        matches = result.paths
         lines = matches[:MAX_GLOB_RESULTS]
         if len(matches) > MAX_GLOB_RESULTS:
             lines.append(
                 f"[… {len(matches) - MAX_GLOB_RESULTS} more matches; narrow the pattern …]"
             )
-        return "\n".join(lines)
+        if result.stopped:
+            lines.append(
+                f"[glob stopped after {self.deadline_s:g} s; these results are partial — "
+                "narrow the path or pattern]"
+            )
+        return "\n".join(lines) if lines else f"no files match {args.pattern!r}"
 
 
 class GrepArgs(ToolArguments):
