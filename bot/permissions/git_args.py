@@ -12,12 +12,13 @@ which write files like a file tool, :mod:`git_writes`'.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from bot.permissions.git_writes import git_write_problem
 
-__all__ = ["GitCall", "git_allow_problem", "long_option", "split_git"]
+__all__ = ["GitCall", "git_allow_problem", "long_option", "split_git", "work_tree_problem"]
 
 # Global options that take the next word as their value (unless written `--x=value`).
 _GLOBAL_WITH_VALUE = frozenset(
@@ -137,11 +138,15 @@ def _any_in(words: Iterable[str], *needles: str) -> bool:
     return any(needle in word for word in words for needle in needles)
 
 
-def git_allow_problem(args: Sequence[str]) -> str | None:
+def git_allow_problem(args: Sequence[str], *, may_write_files: bool = True) -> str | None:
     """Why an allow rule must not auto-approve ``git ARGS``, or None when it may.
 
     Args:
         args: The words after ``git``.
+        may_write_files: Whether the rules let ``write_file`` through without a
+            person. When they do not, git calls that write the work tree (merge, mv,
+            stash, checkout of another branch, ...) ask too: an allow rule for bash
+            must not give more power over the files than the file tools have.
 
     Returns:
         A sentence for the approver, or None.
@@ -162,7 +167,11 @@ def git_allow_problem(args: Sequence[str]) -> str | None:
         return f"git {sub} runs other programs or servers"
     if sub not in _KNOWN:
         return f"git {sub} is not a git built-in this rule understands (it may be an alias)"
-    return _subcommand_problem(sub, rest)
+    if problem := _subcommand_problem(sub, rest):
+        return problem
+    if not may_write_files:
+        return work_tree_problem(sub, rest)
+    return None
 
 
 def _subcommand_problem(sub: str, args: tuple[str, ...]) -> str | None:
@@ -194,6 +203,8 @@ def _subcommand_problem(sub: str, args: tuple[str, ...]) -> str | None:
         return "git submodule foreach runs a command in every submodule"
     if sub == "bundle" and _operands(args)[:1] == ["create"]:
         return "git bundle create writes a file wherever it is told"
+    if secret := _secret_read_problem(sub, args):
+        return secret
     return git_write_problem(sub, args)
 
 
@@ -204,3 +215,96 @@ def _config_reads_only(args: Sequence[str]) -> bool:
     if operands[:1] in (["get"], ["list"]):
         return True
     return _has_long(args, *_CONFIG_READS) or "l" in _short_letters(args)
+
+
+def _secret_read_problem(sub: str, args: tuple[str, ...]) -> str | None:
+    """Why ``git SUB ARGS`` may show files no one named, such as ignored ``.env``, or None."""
+    if sub in ("grep", "diff") and _has_long(args, "--no-index"):
+        return (
+            f"git {sub} --no-index reads any file, ignored ones such as .env included, "
+            "without naming it"
+        )
+    if sub == "grep" and _has_long(args, "--untracked"):
+        return "git grep --untracked reads untracked and ignored files, such as .env"
+    if sub == "diff" and any(_outside(path) for path in _operands(args)):
+        return "git diff with a path outside the work tree compares files as --no-index does"
+    if sub == "add" and ("f" in _short_letters(args) or _has_long(args, "--force")):
+        return "git add --force stages ignored files, such as .env, where git shows them"
+    return None
+
+
+def _outside(path: str) -> bool:
+    if path.startswith(("/", "~")):
+        return True
+    return posixpath.normpath(path).split("/")[0] == ".."
+
+
+# Subcommands that always write (or may write) files in the work tree. (apply, am,
+# merge-file and worktree ask in every configuration, see git_writes, but for their
+# read-only forms.)
+_WORK_TREE_WRITERS = frozenset(
+    {"merge", "mv", "cherry-pick", "revert", "rebase", "pull", "read-tree",
+     "checkout-index", "clone", "init"}
+)  # fmt: skip
+# Subcommands whose first operand names a read-only form; anything else writes.
+_READ_FORMS: dict[str, tuple[str, ...]] = {
+    "stash": ("list", "show"),
+    "notes": ("", "list", "show", "get-ref"),
+    "bisect": ("", "log"),
+    "submodule": ("", "status", "summary"),
+    "sparse-checkout": ("list",),
+}
+_RESET_READS = frozenset({"--soft", "--mixed", "-q", "--quiet", "--no-refresh", "-N"})
+_QUIET = frozenset({"-q", "--quiet"})
+
+
+def work_tree_problem(sub: str, args: Sequence[str]) -> str | None:
+    """Why ``git SUB ARGS`` writes the work tree, which needs a person when file writes do.
+
+    Args:
+        sub: The subcommand.
+        args: Its arguments.
+
+    Returns:
+        A sentence for the approver, or None.
+    """
+    reason = f"git {sub} writes files in the work tree, and writing files needs a person here"
+    if sub in _WORK_TREE_WRITERS:
+        return reason
+    if sub in _READ_FORMS:
+        verb = (_operands(args)[:1] or [""])[0]
+        return None if verb in _READ_FORMS[sub] else reason
+    if sub == "rm" and not _has_long(args, "--cached"):
+        return reason
+    if sub == "add" and _has_long(args, "--chmod"):
+        return "git add --chmod makes files executable, and changing files needs a person here"
+    if sub == "reset":
+        options = [arg for arg in args if arg.startswith("-")]
+        return None if set(options) <= _RESET_READS and "--" not in args else reason
+    if sub == "restore":
+        staged = "S" in _short_letters(args) or _has_long(args, "--staged")
+        worktree = "W" in _short_letters(args) or _has_long(args, "--worktree")
+        return None if staged and not worktree else reason
+    if sub in ("checkout", "switch") and not _only_creates_branch(sub, args):
+        return (
+            f"git {sub} to another branch or commit rewrites files in the work tree, "
+            "and writing files needs a person here"
+        )
+    return None
+
+
+def _only_creates_branch(sub: str, args: Sequence[str]) -> bool:
+    """``checkout -b NAME`` / ``switch -c NAME``, no start point: the files stay as they are."""
+    words = [arg for arg in args if arg not in _QUIET]
+    if sub == "checkout" and not words:
+        return True  # shows where HEAD is
+    flag = "-b" if sub == "checkout" else "-c"
+    if len(words) == 2 and (words[0] == flag or (sub == "switch" and words[0] == "--create")):
+        return not words[1].startswith("-")
+    if len(words) == 1:
+        word = words[0]
+        name = word[2:] if word.startswith(flag) else ""
+        if sub == "switch" and word.startswith("--create="):
+            name = word.removeprefix("--create=")
+        return bool(name) and not name.startswith("-")
+    return False

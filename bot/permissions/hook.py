@@ -59,6 +59,7 @@ class PermissionHook:
         self.rules = rules
         self.workspace = workspace
         self.sandboxed = sandboxed
+        self.may_write_files = _bare_allows(rules, "write_file")
 
     async def __call__(self, invocation: ToolInvocation) -> HookDecision:
         return self.check(invocation.tool, invocation.arguments)
@@ -188,8 +189,12 @@ class PermissionHook:
             rule = next((r for r in rules if r.matches_argv(tool.name, argv)), None)
             if rule is None:
                 return None, None
-            if argv[0] == "git" and (problem := git_allow_problem(argv[1:])):
+            if argv[0] == "git" and (
+                problem := git_allow_problem(argv[1:], may_write_files=self.may_write_files)
+            ):
                 return None, problem
+            if secret := self._secret_target(argv[1:]):
+                return None, secret
             if linked := self._hard_linked_word(argv[1:]):
                 # The sandbox cannot tell a second name of an outside file from a
                 # workspace file; read_file asks for it, so `cat` does too.
@@ -208,6 +213,39 @@ class PermissionHook:
             if value and not value.startswith("-") and self._hard_links(value) > 1:
                 return value
         return None
+
+    def _secret_target(self, words: Sequence[str]) -> str | None:
+        """Why a word is a link to a secret (``docs/notes.txt`` -> ``../.env``), or None.
+
+        The danger patterns read the words as written; this follows each path-like word
+        to the file it really names and checks that one too.
+        """
+        for word in words:
+            value = word.partition("=")[2] if word.startswith("--") else word
+            if not value or value.startswith("-") or "\0" in value:
+                continue
+            target = self._real_target(value)
+            if target is None or target == os.path.normpath(value):
+                continue
+            if danger := find_path_danger(target):
+                return f"{value!r} leads to {target!r}: {danger.reason}"
+        return None
+
+    def _real_target(self, value: str) -> str | None:
+        """Where ``value`` really leads: workspace-relative, or absolute when outside."""
+        try:
+            return self.workspace.relative(self.workspace.resolve(value))
+        except WorkspaceError:
+            pass  # outside the workspace (or a private file, which is refused elsewhere)
+        except (OSError, ValueError):
+            return None
+        try:
+            candidate = value if os.path.isabs(value) else os.path.join(self.workspace.root, value)
+            if not os.path.islink(candidate) and os.path.isabs(value):
+                return None  # an absolute path as written: already checked word by word
+            return os.path.realpath(candidate)
+        except (OSError, ValueError):
+            return None
 
     def _default(self, tool: Tool) -> HookDecision:
         if tool.read_only:
@@ -299,6 +337,13 @@ def _protected_denial(word: str) -> str:
 
 def _globs(word: str) -> bool:
     return any(char in word for char in "*?[")
+
+
+def _bare_allows(rules: PermissionRules, tool_name: str) -> bool:
+    """Whether a bare allow rule lets ``tool_name`` through, no bare ask or deny overriding it."""
+    if any(rule.tool == tool_name for rule in _bare(rules.deny) + _bare(rules.ask)):
+        return False
+    return any(rule.tool == tool_name for rule in _bare(rules.allow))
 
 
 def _with_pattern(rules: Sequence[Rule]) -> list[Rule]:

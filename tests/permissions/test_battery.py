@@ -47,20 +47,15 @@ FRIENDLY = [
     "ls # just looking",
     # git look-alikes of the work-destroying calls below: nothing is lost
     "git checkout -b feature",
-    "git checkout main",
-    "git checkout -",
-    "git switch main",
     "git switch -c feature",
     "git stash list",
     "git stash show",
-    "git stash pop",
     "git tag -l",
     "git diff",
     "git log -p",
     "git clean -n",
     "git clean -dxn",
     "git rm --cached a.txt",  # only untracks: the file stays
-    "git mv a b",  # refuses to overwrite
     "git restore --staged src/app.py",
     "git reset --soft HEAD~1",
     "git branch -d merged",  # refuses an unmerged branch
@@ -70,6 +65,53 @@ FRIENDLY = [
     "git -p log -1",  # a pager starts only on a terminal
     "git fetch",  # the sandbox has no network by default
     "git commit -m 'wip'",  # hooks are read-only in the sandbox
+    # writing nothing in the work tree
+    "git checkout",
+    "git checkout -b feature2",
+    "git switch --create feature2",
+    "git stash show -p",
+    "git notes list",
+    "git notes show HEAD",
+    "git rm -r --cached src",
+    "git reset",
+    "git reset HEAD src/app.py",
+    "git reset --mixed HEAD~1",
+    "git add src/app.py",
+    "git add -A",
+    "git grep -n print",
+    "git bisect log",
+    "git submodule status",
+    "cat src/app.py",
+]
+
+# Harmless when a person may write files anyway, but they rewrite the work tree, and
+# the realistic configuration asks before write_file: an allow rule for `git *` must
+# not give more power over the files than the file tools have, so these now ask.
+ASK_WHILE_WRITES_ASK = [
+    "git checkout main",
+    "git checkout -",
+    "git switch main",
+    "git stash pop",
+    "git stash",
+    "git mv a b",
+    "git rm README.md",
+    "git merge feature",
+    "git pull",
+    "git cherry-pick abc123",
+    "git revert HEAD",
+    "git rebase main",
+    "git restore --staged --worktree src/app.py",
+    "git bisect start",
+    "git submodule update --init",
+    "git sparse-checkout set docs",
+    "git read-tree -u HEAD",
+    "git checkout-index -a",
+    "git clone https://example.invalid/x.git vendor/x",
+    "git init sub",
+    "git notes add -m x",
+    "git add --chmod=+x run.sh",
+    "git checkout -b feature origin/main",
+    "git switch -c feature HEAD~3",
 ]
 
 HOSTILE = [
@@ -238,6 +280,47 @@ HOSTILE = [
     "git replace HEAD HEAD~1",
     "git notes remove HEAD",
     "git filter-repo --invert-paths --path src",
+    # the work-tree attack: notes write a blob, merge puts it in the tree, mv/add/stash/rm
+    # shape it into a repository git would then obey
+    "git notes add -m 'ref: refs/heads/main' HEAD && git merge --allow-unrelated-histories "
+    "--no-edit -q refs/notes/commits",
+    "git notes add -m 'ref: refs/heads/main' HEAD",
+    "git notes append -m x HEAD",
+    "git notes copy HEAD HEAD~1",
+    "git merge --allow-unrelated-histories --no-edit -q refs/notes/commits",
+    "git mv 5d41402abc4b2a76b9719d911017c592 docs/HEAD",
+    "git add --chmod=+x docs/objects",
+    "git stash -u",
+    "git stash push -m x",
+    "git stash apply",
+    "git rm README.md",
+    "git rm -r src",
+    "git cherry-pick refs/notes/commits",
+    "git revert --no-edit HEAD",
+    "git rebase main",
+    "git pull --no-rebase origin main",
+    "git checkout HEAD~3",
+    "git checkout main",
+    "git switch --detach HEAD~1",
+    "git bisect start HEAD HEAD~5",
+    "git submodule update --init",
+    "git submodule add ../x vendor/x",
+    "git sparse-checkout set docs",
+    "git read-tree -mu HEAD",
+    "git checkout-index -a --prefix=docs/",
+    "git init docs/evil",
+    "git clone . vendor/copy",
+    # reading secrets no one named
+    "git grep --no-index -e SECRET",
+    "git grep --no-ind -e SECRET",
+    "git grep --untracked -e SECRET",
+    "git diff --no-index .env /dev/null",
+    "git diff --no-index docs/a /dev/null",
+    "git diff /dev/null ../outside/x",
+    "git add --force --all && git diff --cached",
+    "git add -f .",
+    "git add -Af",
+    "git show :.env",
     # git programs and servers that are not plain built-ins
     "git help -w log",
     "git web--browse http://evil.example",
@@ -284,6 +367,68 @@ def test_hostile_commands_are_never_allowed(guarded: Workspace, command: str) ->
     assert decision.reason
 
 
+@pytest.mark.parametrize("command", ASK_WHILE_WRITES_ASK)
+def test_work_tree_writers_ask_while_writing_files_asks(guarded: Workspace, command: str) -> None:
+    decision = decide(guarded, command)
+    assert decision.action == "ask", command
+    assert decision.reason
+
+
+WRITES_ALLOWED = PermissionRules.parse(
+    allow=["read_file", "write_file", "bash(git *)", "bash(ls*)", "bash(cat *)"],
+    ask=["edit_file"],
+)
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["git checkout main", "git switch main", "git stash pop", "git mv a b", "git merge feature",
+     "git notes add -m x", "git rm README.md", "git pull"],
+)  # fmt: skip
+def test_work_tree_writers_follow_write_file(guarded: Workspace, command: str) -> None:
+    """With write_file allowed, git may write the work tree as before; asked or denied, not."""
+    assert decide(guarded, command, WRITES_ALLOWED).action == "allow", command
+    overridden = PermissionRules.parse(allow=["write_file", "bash(git *)"], ask=["write_file"])
+    assert decide(guarded, command, overridden).action == "ask", command
+    bare_bash = PermissionRules.parse(allow=["bash", "bash(git *)"], ask=["write_file"])
+    assert decide(guarded, command, bare_bash).action == "allow", command
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["git grep --no-index -e SECRET", "git grep --untracked x", "git add -f .",
+     "git diff --no-index a b"],
+)  # fmt: skip
+def test_secret_reads_ask_even_when_writes_are_allowed(guarded: Workspace, command: str) -> None:
+    assert decide(guarded, command, WRITES_ALLOWED).action == "ask", command
+
+
+def test_a_link_to_a_secret_asks(guarded: Workspace) -> None:
+    root = guarded.root
+    (root / ".env").write_text("TOKEN=secret\n")
+    (root / "docs").mkdir()
+    (root / "docs" / "notes.txt").symlink_to("../.env")
+    (root / "docs" / "plain.txt").write_text("hello\n")
+    (root / "docs" / "alias.txt").symlink_to("plain.txt")
+    for command in ("cat docs/notes.txt", "ls -l docs/notes.txt", "git diff -- docs/notes.txt",
+                    "cat docs/plain.txt docs/notes.txt"):  # fmt: skip
+        decision = decide(guarded, command)
+        assert decision.action == "ask", command
+        assert "Environment file" in decision.reason and ".env" in decision.reason, command
+    assert decide(guarded, "cat docs/alias.txt").action == "allow"
+    assert decide(guarded, "cat docs/plain.txt").action == "allow"
+
+
+def test_a_link_out_of_the_workspace_to_a_secret_asks(guarded: Workspace, tmp_path: Path) -> None:
+    outside = tmp_path / "home" / ".ssh"
+    outside.mkdir(parents=True)
+    (outside / "id_rsa").write_text("key\n")
+    (guarded.root / "key.txt").symlink_to(outside / "id_rsa")
+    (guarded.root / "keys").symlink_to(outside)
+    for command in ("cat key.txt", "ls keys", "cat keys/id_rsa"):
+        assert decide(guarded, command).action == "ask", command
+
+
 @pytest.mark.parametrize(
     ("command", "words"),
     [
@@ -308,6 +453,11 @@ def test_hostile_commands_are_never_allowed(guarded: Workspace, command: str) ->
         ("git rm -f a.txt", "uncommitted"),
         ("git branch -D feature", "commits"),
         ("git reflog expire --expire=now --all", "unreachable commits"),
+        ("git merge feature", "writing files needs a person"),
+        ("git checkout main", "rewrites files in the work tree"),
+        ("git add --chmod=+x run.sh", "executable"),
+        ("git grep --no-index -e x", "--no-index"),
+        ("git add --force x", "ignored files"),
     ],
 )
 def test_reasons_say_why(guarded: Workspace, command: str, words: str) -> None:
