@@ -30,7 +30,15 @@ The profile, in the order bwrap applies it:
   file: the command cannot create it. bwrap creates these mount points on the host;
   the caller removes them after the call. The policy's `removed_if_created` paths
   (`.git/commondir`, which no placeholder can hold) are the runner's job, after the call;
-- the sandbox's own root made read-only last.
+- the sandbox's own root made read-only last;
+- a seccomp filter (`--seccomp`, built by `bot.sandbox.seccomp`, passed by the
+  runner), installed by bwrap just before the command: no call may set a setuid or
+  setgid bit (chmod and its kin, or the mode of a file it creates), nor an extended
+  attribute (file capabilities), and openat2 and io_uring are refused. The mounts are
+  `nosuid`, but a mode bit set in the workspace stays on the host's file, where anyone
+  could run it as whoever the command ran as. Calls through a foreign ABI (i386's
+  `int 0x80`) kill the process. Where libseccomp is missing there is no filter, and
+  the sandbox's `reason` says so;
 
 No other host directory is mounted: not /root, /home, /srv, /var, /run, the
 workspace's siblings nor Baton's state directory.

@@ -13,19 +13,25 @@ import tempfile
 import weakref
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from bot.errors import WorkspaceError
+from bot.sandbox import seccomp
 from bot.sandbox.environment import DEFAULT_PATH, minimal_environment
 from bot.sandbox.identity import process_headroom, process_limit, run_as
 from bot.sandbox.policy import SandboxPolicy
 from bot.sandbox.profile import SANDBOX_HOME, SYSTEM_DIRS, build_profile, is_placeholder
+from bot.sandbox.seccomp import filter_bytes, filter_fd
 
 logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 10.0
 GIT_IDENTITY = "[user]\n\tname = Baton\n\temail = baton@localhost\n"
+# The seccomp filter's file for the call whose `command` block the current task (each
+# asyncio task has its own context) is in: `credentials` passes it to bwrap.
+_filter_fd: ContextVar[int | None] = ContextVar("baton_sandbox_filter_fd", default=None)
 
 
 def find_bwrap() -> Path | None:
@@ -73,6 +79,10 @@ class Sandbox:
     `limiter` (util-linux's `prlimit`, run inside the sandbox before the command; the
     limit counts the call's user namespace). Without `prlimit` there is no limit,
     and `reason` says so.
+
+    `seccomp_filter` is the BPF program bwrap installs before every command (see
+    `bot.sandbox.seccomp`: no setuid or setgid files); None, and `reason` says so,
+    where libseccomp or `pyseccomp` is missing: commands then run without it.
     """
 
     def __init__(
@@ -95,6 +105,9 @@ class Sandbox:
         self.process_headroom = process_headroom
         self._held: Counter[Path] = Counter()
         self._private_dir: Path | None = None
+        self.seccomp_filter = filter_bytes() if available else None
+        if available and self.seccomp_filter is None:
+            self.reason += f"; {seccomp.unavailable_reason}"
 
     @classmethod
     def unavailable(cls, reason: str) -> Sandbox:
@@ -228,13 +241,19 @@ class Sandbox:
     def credentials(self) -> dict[str, Any]:
         """Keyword arguments for `asyncio.create_subprocess_exec` starting bwrap.
 
-        As the workspace's owner: its uid and gid and no supplementary groups (root's
-        would otherwise stay). Else nothing: bwrap runs as Baton does.
+        Call it inside the `command` block whose command line it starts: it passes
+        that call's seccomp filter file to bwrap (`pass_fds`). As the workspace's
+        owner: its uid and gid and no supplementary groups (root's would otherwise
+        stay). Else bwrap runs as Baton does.
         """
-        if self.run_as is None:
-            return {}
-        uid, gid = self.run_as
-        return {"user": uid, "group": gid, "extra_groups": []}
+        options: dict[str, Any] = {}
+        fd = _filter_fd.get()
+        if fd is not None:
+            options["pass_fds"] = (fd,)
+        if self.run_as is not None:
+            uid, gid = self.run_as
+            options.update(user=uid, group=gid, extra_groups=[])
+        return options
 
     @staticmethod
     def environment(environment: Mapping[str, str]) -> dict[str, str]:
@@ -252,7 +271,9 @@ class Sandbox:
         `removed_if_created` paths that did not exist when the block was entered; so
         keep the process inside the block until it and everything it started is gone.
         Each removal is logged and, when `notes` is given, described there in a line
-        for the command's output. Start the command line with `credentials()`.
+        for the command's output. Start the command line with `credentials()`, called
+        in the block (it hands bwrap the block's own seccomp filter file, which bwrap
+        reads to its end: one per call, closed when the block is left).
         """
         if not self.available or self.binary is None:
             raise RuntimeError(f"no sandbox: {self.reason}")
@@ -266,10 +287,17 @@ class Sandbox:
         )
         absent = [p for p in policy.removed_if_created if not os.path.lexists(p)]
         heads = {p: head for p in policy.heads if (head := read_head(p)) is not None}
+        fd = filter_fd(self.seccomp_filter) if self.seccomp_filter is not None else None
         self._held.update(profile.placeholders)
+        token = _filter_fd.set(fd)
         try:
-            yield [str(self.binary), *profile.arguments, "--", *self._limited(argv)]
+            options = [*profile.arguments, *(["--seccomp", str(fd)] if fd is not None else [])]
+            yield [str(self.binary), *options, "--", *self._limited(argv)]
         finally:
+            with contextlib.suppress(ValueError):  # left in another context than entered
+                _filter_fd.reset(token)
+            if fd is not None:
+                os.close(fd)
             self._held.subtract(profile.placeholders)
             for path in profile.placeholders:
                 if self._held[path] <= 0:
