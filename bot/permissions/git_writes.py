@@ -99,6 +99,12 @@ def git_write_problem(sub: str, args: Sequence[str]) -> str | None:
             "git worktree add/move/remove writes or deletes a directory, often outside "
             "the workspace"
         )
+    if sub == "interpret-trailers" and any(
+        arg == "-i" or (arg.startswith("--in") and "--in-place".startswith(arg.split("=")[0]))
+        for arg in args
+    ):
+        # Its trailer values may hold new lines: any text, into any file it names.
+        return "git interpret-trailers --in-place rewrites the files it names (any text)"
     if sub in ("init", "clone"):
         return _new_repository_problem(sub, args)
     if sub == "update-index" and not set(args) <= _UPDATE_INDEX_READS:

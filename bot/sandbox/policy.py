@@ -27,6 +27,10 @@ PROTECTED_FILE_NAMES = (".git/config", ".git/config.worktree")
 # creates (`echo ../evil > .git/commondir` points git at another config, whose
 # `core.fsmonitor` the operator's next `git status` would run) is removed after it.
 REMOVED_IF_CREATED_NAMES = (".git/commondir",)
+# Directories bound onto themselves (still writable) so they cannot be renamed away:
+# without them `.git` is no repository, and git would take the workspace itself for a
+# bare repository with a config the command wrote.
+PINNED_NAMES = (".git/objects", ".git/refs")
 
 
 def sqlite_companions(database: Path) -> tuple[Path, ...]:
@@ -55,9 +59,10 @@ class SandboxPolicy:
             services included.
         files: Read-only paths that are files: when one is missing, an empty
             read-only file keeps it from being created, not an empty directory.
-        removed_if_created: Paths a call may not leave behind: one that did not
-            exist when the call began and does when it ends is removed (see
-            `Sandbox.command`).
+        removed_if_created: Paths no call may leave behind: whatever stands there
+            when a call ends is removed (see `Sandbox.command`), also when it was
+            there before (another call, running at the same time, may have made it).
+        pinned: Directories that stay writable but cannot be renamed or removed.
         heads: git `HEAD` files a call may change but not break: one that no longer
             names a branch or a commit when the call ends gets its old content back
             (a broken `.git/HEAD` makes git take the workspace itself for a bare
@@ -71,6 +76,7 @@ class SandboxPolicy:
     files: tuple[Path, ...] = ()
     removed_if_created: tuple[Path, ...] = ()
     heads: tuple[Path, ...] = ()
+    pinned: tuple[Path, ...] = ()
 
     @classmethod
     def for_workspace(
@@ -104,6 +110,7 @@ class SandboxPolicy:
             files=tuple(root / name for name in PROTECTED_FILE_NAMES),
             removed_if_created=tuple(root / name for name in REMOVED_IF_CREATED_NAMES),
             heads=(root / ".git" / "HEAD",),
+            pinned=tuple(root / name for name in PINNED_NAMES),
         )
 
 

@@ -217,6 +217,7 @@ class _WorkspaceMounts:
             if self._inside(p) and not (p in policy.removed_if_created and self._missing(p))
         ]
         self.files = frozenset(policy.files)
+        self.pinned = [p for p in policy.pinned if self._inside(p)]
         self.outside_masked = [p for p in policy.masked if not self._inside(p)]
         self.placeholders: list[Path] = []
 
@@ -228,6 +229,12 @@ class _WorkspaceMounts:
                     mounts.setdefault(at, _bind("--bind", at))
                 elif at not in mounts or mounts[at][0] == "--bind":
                     mounts[at] = self._mount(at, path, action)
+        for path in self.pinned:
+            if self._missing(path) or path.is_symlink() or not path.is_dir():
+                continue
+            for at, action in self._walk(path):
+                if action in ("pin", "read-only") and (action == "pin" or at == path):
+                    mounts.setdefault(at, _bind("--bind", at))
         options: list[str] = []
         for path in sorted(mounts, key=_depth):
             options += mounts[path]

@@ -268,7 +268,7 @@ class Sandbox:
 
         Leaving the block removes the placeholders bwrap made on the host, once no
         other running call still uses them, and each of the policy's
-        `removed_if_created` paths that did not exist when the block was entered; so
+        `removed_if_created` paths, whenever it was made; so
         keep the process inside the block until it and everything it started is gone.
         Each removal is logged and, when `notes` is given, described there in a line
         for the command's output. Start the command line with `credentials()`, called
@@ -285,8 +285,9 @@ class Sandbox:
             git_config=private / "gitconfig",
             user_namespace=self.user_namespace,
         )
-        absent = [p for p in policy.removed_if_created if not os.path.lexists(p)]
-        heads = {p: head for p in policy.heads if (head := read_head(p)) is not None}
+        # A valid HEAD is what a broken one goes back to; one already broken has
+        # nothing to go back to (the file tools cannot write it; only a person can).
+        heads = {p: head for p in policy.heads if valid_head(p) and (head := read_head(p))}
         fd = filter_fd(self.seccomp_filter) if self.seccomp_filter is not None else None
         self._held.update(profile.placeholders)
         token = _filter_fd.set(fd)
@@ -303,7 +304,11 @@ class Sandbox:
                 if self._held[path] <= 0:
                     del self._held[path]
                     _remove_placeholder(path)
-            undone = [_remove_created(path) for path in absent if os.path.lexists(path)]
+            undone = [
+                _remove_created(path)
+                for path in policy.removed_if_created
+                if os.path.lexists(path)
+            ]
             undone += [
                 _restore_head(path, head) for path, head in heads.items() if not valid_head(path)
             ]

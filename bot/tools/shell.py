@@ -105,7 +105,7 @@ class Bash(Tool):
         self.sandbox = sandbox if sandbox is not None and sandbox.available else None
         self.policy = policy or SandboxPolicy.for_workspace(
             workspace.root,
-            read_only=workspace.protected_files,
+            read_only=workspace.given_protected_files,
             databases=workspace.private_files,
         )
         env = os.environ if environment is None else environment

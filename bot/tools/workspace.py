@@ -34,7 +34,7 @@ PROTECTED_DIR = ".baton"
 # Directories and files in every workspace that make programs run for the next person
 # who types a git command there: readable, never writable by a tool.
 GIT_PROTECTED_DIRS = (".git/hooks", ".git/modules", ".git/worktrees")
-GIT_PROTECTED_FILES = (".git/config", ".git/commondir", ".git/config.worktree")
+GIT_PROTECTED_FILES = (".git/config", ".git/commondir", ".git/config.worktree", ".git/HEAD")
 PROTECTED_MESSAGE = (
     f"is protected: Baton's configuration, {PROTECTED_DIR}/ and git's hooks and configuration "
     "cannot be written by any tool"
@@ -94,12 +94,14 @@ class Workspace:
             self.protected_dir,
             *(self.root / name for name in GIT_PROTECTED_DIRS),
         )
-        self.protected_files = frozenset(
-            [
-                *(Path(p).expanduser().resolve() for p in protected_files),
-                *(self.root / name for name in GIT_PROTECTED_FILES),
-            ]
+        # The operator's own protected files (the config), apart from git's, which the
+        # sandbox guards in its own way (git must still write `.git/HEAD` there).
+        self.given_protected_files = frozenset(
+            Path(p).expanduser().resolve() for p in protected_files
         )
+        self.protected_files = self.given_protected_files | {
+            self.root / name for name in GIT_PROTECTED_FILES
+        }
         self.private_files = frozenset(Path(p).expanduser().resolve() for p in private_files)
         # Whom new files and directories belong to: the workspace's owner when Baton,
         # running as root, runs commands as them (`bot.sandbox.run_as`); else Baton.

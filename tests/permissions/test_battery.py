@@ -23,6 +23,7 @@ REALISTIC = PermissionRules.parse(
 
 FRIENDLY = [
     "git status",
+    "git interpret-trailers --trailer 'Signed-off-by: x' README.md",
     "git log --oneline -5",
     "ls -la src",
     "ls",
@@ -329,6 +330,10 @@ HOSTILE = [
     "git upload-pack .",
     "git receive-pack .",
     "git upload-archive .",
+    # trailers written into files in place (a third review)
+    "git interpret-trailers --in-place --trailer 'Signed-off-by: x' README.md",
+    "git interpret-trailers -i --trailer 'x: a' .gitignore",
+    "git interpret-trailers --in-pl --trailer 'x: a' src/app.py",
 ]
 
 

@@ -53,7 +53,7 @@ class Site:
     def bash(self, sandbox: Sandbox, *, network: bool = False) -> Bash:
         policy = SandboxPolicy.for_workspace(
             self.workspace.root,
-            read_only=self.workspace.protected_files,
+            read_only=[self.config],
             databases=self.workspace.private_files,
             network=network,
         )

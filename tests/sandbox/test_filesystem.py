@@ -242,12 +242,13 @@ def test_the_runner_reports_what_it_removed(site: Site, sandbox: Sandbox) -> Non
     assert not (root / ".git" / "commondir").exists()
     assert len(notes) == 1
     assert "Baton removed" in notes[0] and "commondir" in notes[0]
-    # One the operator had before the call is theirs: left alone (and read-only inside).
+    # One that was there before the call goes too: a main repository's `.git` never
+    # holds one, and another call running alongside may have planted it.
     (root / ".git" / "commondir").write_text(".\n")
     with sandbox.command(policy, ["true"], notes=notes):
         pass
-    assert (root / ".git" / "commondir").read_text() == ".\n"
-    assert len(notes) == 1
+    assert not (root / ".git" / "commondir").exists()
+    assert len(notes) == 2
 
 
 async def test_submodule_and_worktree_git_directories_are_protected(
@@ -378,3 +379,49 @@ async def test_a_broken_head_is_restored_so_the_workspace_never_becomes_a_bare_r
     # Changing branch is still git's business: a valid HEAD is left as it is.
     out = await run(bash, "git checkout -q -b feature && cat .git/HEAD")
     assert out == "exit code 0\nref: refs/heads/feature\n"
+
+
+async def test_git_objects_and_refs_cannot_be_moved_away(site: Site, sandbox: Sandbox) -> None:
+    """Without them `.git` is no repository, and the workspace could pass for a bare one."""
+    root = site.workspace.root
+    marker = site.root / "alias-ran"
+    bash = site.bash(sandbox)
+    # git still writes in both as usual.
+    out = await run(bash, "echo a > a.txt && git add a.txt && git commit -qm one && "
+                          "echo b > b.txt && git add b.txt && git commit -qm two && git gc -q "
+                          "&& git log --format=%s")  # fmt: skip
+    assert out == "exit code 0\ntwo\none\n"
+    out = await run(
+        bash,
+        "mv .git/refs refs; mv .git/objects objects; rm -rf .git/refs; "
+        "echo 'ref: refs/heads/main' > HEAD; "
+        f"printf '[alias]\\n\\tst = !touch {marker}\\n' > config; ls .git",
+    )
+    assert "Device or resource busy" in out, out
+    # mv copied and emptied them (the command may wreck the repository: it is the
+    # workspace's), but `.git` stays a git directory, so git never reads `./config`.
+    assert (root / ".git" / "refs").is_dir() and (root / ".git" / "objects").is_dir()
+    assert host_git(root, "rev-parse", "--git-dir").stdout.strip() == ".git"
+    host_git(root, "st")
+    assert not marker.exists()
+
+
+async def test_a_commondir_is_removed_even_when_another_call_made_it_first(
+    site: Site, sandbox: Sandbox
+) -> None:
+    """Two calls at once: the one that finishes last must not leave the other's plant."""
+    commondir = site.workspace.root / ".git" / "commondir"
+    commondir.write_text("../evil\n")  # as a call running alongside would have
+    out = await run(site.bash(sandbox), "true")
+    assert not commondir.exists()
+    assert "Baton removed" in out
+
+
+async def test_a_head_broken_before_the_call_is_not_restored_to_its_broken_self(
+    site: Site, sandbox: Sandbox
+) -> None:
+    head = site.workspace.root / ".git" / "HEAD"
+    head.write_text("garbage\n")
+    out = await run(site.bash(sandbox), "echo 'ref: refs/heads/main' > .git/HEAD")
+    assert out == "exit code 0 (no output)"
+    assert head.read_text() == "ref: refs/heads/main\n"

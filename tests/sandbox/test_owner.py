@@ -86,7 +86,7 @@ def as_owner(found: Sandbox) -> Sandbox:
 def policy(site: Site) -> SandboxPolicy:
     return SandboxPolicy.for_workspace(
         site.workspace.root,
-        read_only=site.workspace.protected_files,
+        read_only=[site.config],
         databases=site.workspace.private_files,
     )
 

@@ -74,7 +74,7 @@ def armed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Site
 def policy(site: Site) -> SandboxPolicy:
     return SandboxPolicy.for_workspace(
         site.workspace.root,
-        read_only=site.workspace.protected_files,
+        read_only=[site.config],
         databases=site.workspace.private_files,
     )
 

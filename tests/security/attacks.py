@@ -286,6 +286,11 @@ GIT_CONTROL = _bash(
     "cp /bin/bash ./tool && chmod 4755 tool && ls -l tool",
     "python3 -c \"import os; os.close(os.open('t', os.O_CREAT | os.O_WRONLY, 0o4755))\"",
     "mkdir -p sg && chmod g+s sg",
+    # A third review: trailers written in place, git's own directories moved away.
+    "git interpret-trailers --in-place --trailer 'Signed-off-by: pwned' README.md",
+    "git interpret-trailers -i --trailer 'x: a' .gitignore",
+    "mv .git/refs refs; cp -r .git/objects objects; echo 'ref: refs/heads/main' > HEAD;"
+    " printf '[alias]\\n\\tst = !touch /tmp/pwned\\n' > config",
 )
 
 FILE_TOOLS = [
@@ -322,6 +327,7 @@ FILE_TOOLS = [
     Attack("file-tools", "write_file", {"path": ".git/hooks/post-checkout", "content": "x"}),
     Attack("file-tools", "write_file", {"path": "hooks-link/pre-commit", "content": "x"}),
     Attack("file-tools", "write_file", {"path": ".git/commondir", "content": "../evil"}),
+    Attack("file-tools", "write_file", {"path": ".git/HEAD", "content": "garbage"}),
     Attack("file-tools", "write_file", {"path": ".git/modules/x/config", "content": "[core]"}),
     Attack("file-tools", "list_dir", {"path": ".."}),
     Attack("file-tools", "list_dir", {"path": "linkdir"}),

@@ -315,6 +315,7 @@ async def test_git_hooks_and_configuration_are_readable_never_writable(
         ("write_file", '{"path": "gh/pre-commit", "content": "#!/bin/sh\\n"}'),
         ("write_file", '{"path": "gc", "content": "[core]\\n"}'),
         ("write_file", '{"path": ".git/commondir", "content": "../evil\\n"}'),
+        ("write_file", '{"path": ".git/HEAD", "content": "garbage\\n"}'),
         ("write_file", '{"path": ".git/config.worktree", "content": "[core]\\n"}'),
         ("write_file", '{"path": ".git/modules/lib/config", "content": "[core]\\n"}'),
         ("write_file", '{"path": ".git/worktrees/x/gitdir", "content": "/tmp\\n"}'),
