@@ -17,11 +17,10 @@ from __future__ import annotations
 import fnmatch
 import os
 import stat
-import threading
-import time
 from dataclasses import dataclass, field
 
 from bot.errors import ToolError, WorkspaceError
+from bot.tools.cutoff import Cutoff
 from bot.tools.safe_open import identity, reopen
 from bot.tools.workspace import Guard, Workspace
 
@@ -48,17 +47,17 @@ class _Glob:
     workspace: Workspace
     guard: Guard
     parts: list[str]
-    deadline: float
-    stop: threading.Event
+    cutoff: Cutoff
     found: dict[str, float] = field(default_factory=dict)
     # (st_dev, st_ino, pattern position) already matched: each is matched once.
     seen: set[tuple[int, int, int]] = field(default_factory=set)
-    stopped: bool = False
+
+    @property
+    def stopped(self) -> bool:
+        return self.cutoff.hit
 
     def should_stop(self) -> bool:
-        if not self.stopped and (self.stop.is_set() or time.monotonic() > self.deadline):
-            self.stopped = True
-        return self.stopped
+        return self.cutoff.reached()
 
     def match(self, dir_fd: int, real: tuple[str, ...], shown: tuple[str, ...], i: int) -> None:
         """Match `parts[i:]` below the directory `dir_fd` (real path `real`)."""
@@ -190,14 +189,11 @@ def glob_paths(
     path: str,
     pattern: str,
     *,
-    deadline: float,
-    stop: threading.Event,
+    cutoff: Cutoff,
 ) -> GlobResult:
     """Workspace-relative paths under directory `path` matching `pattern`, newest first.
 
-    Args:
-        deadline: A `time.monotonic()` value after which the walk stops.
-        stop: Set by the caller to stop early (the tool call was cancelled).
+    Stops, with the paths found so far and `stopped` set, once `cutoff` is reached.
     """
     parts = pattern_parts(pattern)
     opened = workspace.open_dir(path)
@@ -206,8 +202,7 @@ def glob_paths(
             workspace=workspace,
             guard=workspace.guard(),
             parts=parts,
-            deadline=deadline,
-            stop=stop,
+            cutoff=cutoff,
         )
         real = opened.path.relative_to(workspace.root).parts
         state.match(opened.fd, real, (), 0)

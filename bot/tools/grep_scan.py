@@ -12,8 +12,6 @@ from __future__ import annotations
 import fnmatch
 import os
 import stat
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +19,7 @@ from typing import Any
 import re2
 
 from bot.errors import ToolError, WorkspaceError
+from bot.tools.cutoff import Cutoff
 from bot.tools.safe_open import Walk, identity, reopen
 from bot.tools.workspace import Guard, Workspace
 
@@ -68,13 +67,11 @@ class _Search:
     include: str | None
     limit: int
     is_secret: SecretCheck | None
-    deadline: float
-    stop: threading.Event
+    cutoff: Cutoff
     result: GrepResult = field(default_factory=GrepResult)
 
     def should_stop(self) -> bool:
-        if self.stop.is_set() or time.monotonic() > self.deadline:
-            self.result.stopped = True
+        self.result.stopped = self.cutoff.reached()
         return self.result.stopped
 
     def file(self, fd: int, listed: str, real: str) -> None:
@@ -173,14 +170,11 @@ def search(
     include: str | None,
     limit: int,
     is_secret: SecretCheck | None,
-    deadline: float,
-    stop: threading.Event,
+    cutoff: Cutoff,
 ) -> GrepResult:
     """Search `path` (a file or a directory tree) in the workspace for lines matching `regex`.
 
-    Args:
-        deadline: A `time.monotonic()` value after which the search stops.
-        stop: Set by the caller to stop early (the tool call was cancelled).
+    Stops, with the lines found so far and `stopped` set, once `cutoff` is reached.
     """
     guard = workspace.guard()
     state = _Search(
@@ -190,8 +184,7 @@ def search(
         include=include,
         limit=limit,
         is_secret=is_secret,
-        deadline=deadline,
-        stop=stop,
+        cutoff=cutoff,
     )
     with workspace.locate(path) as found:
         shown = workspace.relative(workspace.root.joinpath(*found.parts))

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
 from pathlib import PurePath
 
 from pydantic import Field
 
 from bot.errors import ToolError
 from bot.tools.base import Tool, ToolArguments
+from bot.tools.cutoff import run_with_cutoff
 from bot.tools.glob_walk import glob_paths, pattern_parts
 from bot.tools.grep_scan import (
     MAX_GREP_FILE_BYTES,
@@ -69,20 +67,9 @@ class Glob(Tool):
         if "\x00" in args.pattern:
             raise ToolError("the pattern contains a NUL byte")
         pattern_parts(args.pattern)  # a pattern too long is refused before any walk
-        stop = threading.Event()
-        try:
-            # Off the event loop; the deadline and the stop flag bound the worker thread.
-            result = await asyncio.to_thread(
-                glob_paths,
-                self.workspace,
-                args.path,
-                args.pattern,
-                deadline=time.monotonic() + self.deadline_s,
-                stop=stop,
-            )
-        finally:
-            # A cancelled call leaves its thread running; this makes it stop soon.
-            stop.set()
+        result = await run_with_cutoff(
+            glob_paths, self.workspace, args.path, args.pattern, seconds=self.deadline_s
+        )
         matches = result.paths
         lines = matches[:MAX_GLOB_RESULTS]
         if len(matches) > MAX_GLOB_RESULTS:
@@ -131,23 +118,17 @@ class Grep(Tool):
 
     async def run(self, args: GrepArgs) -> str:
         regex = compile_pattern(args.pattern, ignore_case=args.ignore_case)
-        stop = threading.Event()
-        try:
-            # Off the event loop: Slack acks and other runs carry on while it searches.
-            result = await asyncio.to_thread(
-                search,
-                self.workspace,
-                args.path,
-                regex,
-                include=args.include,
-                limit=args.max_results,
-                is_secret=self.is_secret,
-                deadline=time.monotonic() + self.deadline_s,
-                stop=stop,
-            )
-        finally:
-            # A cancelled call leaves its thread running; this makes it stop soon.
-            stop.set()
+        # Off the event loop: Slack acks and other runs carry on while it searches.
+        result = await run_with_cutoff(
+            search,
+            self.workspace,
+            args.path,
+            regex,
+            include=args.include,
+            limit=args.max_results,
+            is_secret=self.is_secret,
+            seconds=self.deadline_s,
+        )
         return self._report(args, result)
 
     def _report(self, args: GrepArgs, result: GrepResult) -> str:

@@ -11,6 +11,7 @@ import pytest
 
 from bot.errors import ToolError
 from bot.tools import Workspace, glob_walk, search
+from bot.tools.cutoff import Cutoff
 from bot.tools.glob_walk import MAX_GLOB_PARTS, GlobResult
 from bot.tools.search import Glob
 
@@ -123,13 +124,10 @@ async def test_cancelling_glob_stops_its_thread(
 
 def test_the_stop_flag_is_observed_by_glob_paths(workspace: Workspace) -> None:
     (workspace.root / "a.py").write_text("")
-    stop = threading.Event()
-    far = time.monotonic() + 60
-    assert glob_walk.glob_paths(workspace, ".", "*.py", deadline=far, stop=stop) == GlobResult(
-        ["a.py"]
-    )
-    stop.set()
-    assert glob_walk.glob_paths(workspace, ".", "*.py", deadline=far, stop=stop) == GlobResult(
+    cutoff = Cutoff.after(60)
+    assert glob_walk.glob_paths(workspace, ".", "*.py", cutoff=cutoff) == GlobResult(["a.py"])
+    cutoff.stop.set()
+    assert glob_walk.glob_paths(workspace, ".", "*.py", cutoff=cutoff) == GlobResult(
         [], stopped=True
     )
 
@@ -139,7 +137,5 @@ def test_glob_paths_keeps_newest_first(workspace: Workspace) -> None:
         path = workspace.root / name
         path.write_text("")
         os.utime(path, (1_000 + n, {0: 1_000, 1: 3_000, 2: 2_000}[n]))
-    result = glob_walk.glob_paths(
-        workspace, ".", "*.py", deadline=time.monotonic() + 60, stop=threading.Event()
-    )
+    result = glob_walk.glob_paths(workspace, ".", "*.py", cutoff=Cutoff.after(60))
     assert result.paths == ["new.py", "mid.py", "old.py"]
