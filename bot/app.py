@@ -132,7 +132,7 @@ async def build_baton(settings: Settings) -> Baton:
         protected_files=config,
         private_files=[*database_files, *config],
         # What the file tools create belongs to whom the commands run as.
-        owner=sandbox.run_as if sandbox.available else None,
+        owner=sandbox.run_as,
     )
     openai_client = openai.AsyncOpenAI(
         # A local OpenAI-compatible server often needs no key; the client insists on one.

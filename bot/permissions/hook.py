@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
 from bot.engine.hooks import HookDecision, ToolInvocation
@@ -208,11 +208,7 @@ class PermissionHook:
 
     def _hard_linked_word(self, words: Sequence[str]) -> str | None:
         """The first word naming a workspace file with more than one hard link."""
-        for word in words:
-            value = word.partition("=")[2] if word.startswith("--") else word
-            if value and not value.startswith("-") and self._hard_links(value) > 1:
-                return value
-        return None
+        return next((v for v in _path_operands(words) if self._hard_links(v) > 1), None)
 
     def _secret_target(self, words: Sequence[str]) -> str | None:
         """Why a word is a link to a secret (``docs/notes.txt`` -> ``../.env``), or None.
@@ -220,10 +216,7 @@ class PermissionHook:
         The danger patterns read the words as written; this follows each path-like word
         to the file it really names and checks that one too.
         """
-        for word in words:
-            value = word.partition("=")[2] if word.startswith("--") else word
-            if not value or value.startswith("-") or "\0" in value:
-                continue
+        for value in _path_operands(words):
             target = self._real_target(value)
             if target is None or target == os.path.normpath(value):
                 continue
@@ -329,6 +322,14 @@ class PermissionHook:
                 if os.path.realpath(folder) == str(path.parent):
                     found.append((path, True))
         return found
+
+
+def _path_operands(words: Sequence[str]) -> Iterator[str]:
+    """The words of a command that may name files: operands, and `--option=VALUE` values."""
+    for word in words:
+        value = word.partition("=")[2] if word.startswith("--") else word
+        if value and not value.startswith("-") and "\0" not in value:
+            yield value
 
 
 def _protected_denial(word: str) -> str:

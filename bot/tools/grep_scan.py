@@ -190,8 +190,7 @@ def search(
         shown = workspace.relative(workspace.root.joinpath(*found.parts))
         if found.stat is None:
             raise ToolError(f"{shown} does not exist")
-        if workspace.is_private(found, guard):
-            raise WorkspaceError(f"{path!r} is Baton's own database; no tool may use it")
+        workspace.refuse_private(path, found, guard)
         if stat.S_ISDIR(found.stat.st_mode):
             top_fd = reopen(found, os.O_RDONLY)
             try:

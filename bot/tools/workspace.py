@@ -144,14 +144,14 @@ class Workspace:
     def resolve(self, path: str) -> Path:
         """The absolute, symlink-free location of `path`, which must lie in the workspace."""
         with self.locate(path) as found:
-            self._refuse_private(path, found, self.guard())
+            self.refuse_private(path, found, self.guard())
             return self._absolute(found.parts)
 
     def resolve_for_write(self, path: str) -> Path:
         """Like `resolve`, and also refuses Baton's own protected files."""
         with self.locate(path) as found:
             guard = self.guard()
-            self._refuse_private(path, found, guard)
+            self.refuse_private(path, found, guard)
             self._refuse_protected(path, found, guard)
             return self._absolute(found.parts)
 
@@ -230,7 +230,7 @@ class Workspace:
             with self.locate(path) as found:
                 shown = self.relative(self._absolute(found.parts))
                 guard = self.guard()
-                self._refuse_private(path, found, guard)
+                self.refuse_private(path, found, guard)
                 if write:
                     self._refuse_protected(path, found, guard)
                 if not found.exists:
@@ -298,7 +298,8 @@ class Workspace:
     def _absolute(self, parts: tuple[str, ...]) -> Path:
         return self.root.joinpath(*parts)
 
-    def _refuse_private(self, path: str, found: Walk, guard: Guard) -> None:
+    def refuse_private(self, path: str, found: Walk, guard: Guard) -> None:
+        """Raise `WorkspaceError` when the walked object is one of Baton's private files."""
         if self.is_private(found, guard):
             raise WorkspaceError(f"{path!r} is Baton's own database; no tool may use it")
 
