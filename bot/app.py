@@ -17,6 +17,7 @@ from bot.errors import ConfigError
 from bot.permissions.danger import find_path_danger
 from bot.permissions.hook import PermissionHook
 from bot.permissions.rules import PermissionRules
+from bot.redaction import Redactor
 from bot.sandbox import Sandbox, SandboxPolicy, sqlite_companions
 from bot.sessions import Conversations, MainAgent, main_system_prompt
 from bot.store import Database, EventLedger, SessionStore
@@ -45,6 +46,8 @@ class Baton:
     permissions: PermissionHook
     hooks: list[Hook]
     sandbox: Sandbox
+    # Every error text a surface shows a person passes through it (credentials out).
+    redact: Redactor
     agents: AgentRegistry
     tracker: TaskTracker
     runner: SubAgentRunner
@@ -193,6 +196,7 @@ async def build_baton(settings: Settings) -> Baton:
         permissions=permissions,
         hooks=hooks,
         sandbox=sandbox,
+        redact=Redactor(settings.secret_values),
         agents=agents,
         tracker=tracker,
         runner=runner,

@@ -24,7 +24,6 @@ from bot.engine import (
     ToolResult,
     ToolStart,
 )
-from bot.redaction import Redactor
 from bot.sessions import UnknownAgentError
 from bot.store import SessionKey
 from bot.store.tasks import TaskRecord
@@ -75,7 +74,7 @@ class TerminalChat:
         self.baton = baton
         self.key = key
         # Error texts quote database URLs, SQL parameters and headers: never shown whole.
-        self.redact = Redactor(baton.settings.secret_values)
+        self.redact = baton.redact
         self.stdin = stdin
         self.out = stdout
         self._approval_lock = asyncio.Lock()

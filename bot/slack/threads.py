@@ -25,7 +25,6 @@ from bot.engine import (
     ToolResult,
     ToolStart,
 )
-from bot.redaction import Redactor
 from bot.sessions import UnknownAgentError
 from bot.slack.answers import post_answer, post_messages, post_text
 from bot.slack.approvals import SlackApprovals
@@ -90,7 +89,7 @@ class SlackThreads:
         self.approvals = approvals
         # Every error text bound for the thread passes through it: exceptions quote
         # database URLs, SQL parameters and headers.
-        self.redact = Redactor(baton.settings.secret_values)
+        self.redact = baton.redact
         self.run_store = RunStore(baton.database)
         self._cancel_watch: asyncio.Task[None] | None = None
         self.names = UserNames(client)
