@@ -287,7 +287,7 @@ class Sandbox:
         )
         # A valid HEAD is what a broken one goes back to; one already broken has
         # nothing to go back to (the file tools cannot write it; only a person can).
-        heads = {p: head for p in policy.heads if valid_head(p) and (head := read_head(p))}
+        heads = {p: head for p in policy.heads if (head := valid_head(p)) is not None}
         fd = filter_fd(self.seccomp_filter) if self.seccomp_filter is not None else None
         self._held.update(profile.placeholders)
         token = _filter_fd.set(fd)
@@ -305,12 +305,12 @@ class Sandbox:
                     del self._held[path]
                     _remove_placeholder(path)
             undone = [
-                _remove_created(path)
-                for path in policy.removed_if_created
-                if os.path.lexists(path)
+                _remove_created(path) for path in policy.removed_if_created if os.path.lexists(path)
             ]
             undone += [
-                _restore_head(path, head) for path, head in heads.items() if not valid_head(path)
+                _restore_head(path, head)
+                for path, head in heads.items()
+                if valid_head(path) is None
             ]
             for note in undone:
                 logger.warning("%s", note)
@@ -353,10 +353,7 @@ class Sandbox:
 def _remove_created(path: Path) -> str:
     """Remove what a sandboxed command made at `path`; say what was done, and why."""
     try:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+        _remove(path)
     except OSError as exc:
         return f"[Baton could not remove {path}, which this command created: {exc}]"
     return (
@@ -370,8 +367,11 @@ _HEAD = re.compile(rb"(?:ref: refs/[^\s]+|[0-9a-f]{40}|[0-9a-f]{64})\n?")
 MAX_HEAD_BYTES = 4096
 
 
-def read_head(path: Path) -> bytes | None:
-    """The content of a git `HEAD` file, if it is a regular file (links not followed)."""
+def valid_head(path: Path) -> bytes | None:
+    """What a git `HEAD` file holds, when it names a branch or a commit as git requires.
+
+    None when it does not, or is no regular file (links are not followed).
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -379,25 +379,25 @@ def read_head(path: Path) -> bytes | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        return os.read(fd, MAX_HEAD_BYTES)
+        head = os.read(fd, MAX_HEAD_BYTES)
     finally:
         os.close(fd)
+    return head if _HEAD.fullmatch(head) else None
 
 
-def valid_head(path: Path) -> bool:
-    """Whether `path` still names a branch or a commit, as git requires of `HEAD`."""
-    head = read_head(path)
-    return head is not None and _HEAD.fullmatch(head) is not None
+def _remove(path: Path) -> None:
+    """Remove whatever a command left at `path`: a directory tree, a file or a link."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _restore_head(path: Path, head: bytes) -> str:
     """Put back what `HEAD` held before a command broke it; say what was done, and why."""
     try:
         owner = os.stat(path.parent)
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
+        _remove(path)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(path, flags, 0o644)
         try:
