@@ -156,35 +156,16 @@ class Workspace:
             return self._absolute(found.parts)
 
     def is_protected(self, resolved: Path) -> bool:
-        """Whether a resolved path is `.baton/`, in it, or a protected file (by name or identity).
+        """Whether a resolved path is protected (`.baton/`, git's control files, the config).
 
-        A pre-check for the permission hook; the tools check again on what they open.
+        A pre-check for the permission hook, made the way the tools check (by walking
+        it and comparing identities); the tools check again on what they open.
         """
-        if any(resolved.is_relative_to(directory) for directory in self.protected_dirs):
-            return True
-        if resolved in self.protected_files:
-            return True
-        guard = self.guard()
         try:
-            st = os.lstat(resolved)
-        except OSError:
-            st = None
-        if st is not None and identity(st) in guard.protected_ids:
-            return True
-        for ancestor in resolved.parents:
-            if not ancestor.is_relative_to(self.root) or ancestor == self.root:
-                break
-            try:
-                if identity(os.lstat(ancestor)) in guard.protected_dir_ids:
-                    return True
-            except OSError:
-                continue
-        return (
-            st is not None
-            and stat.S_ISREG(st.st_mode)
-            and st.st_nlink > 1
-            and self._in_protected_dir(identity(st))
-        )
+            with self.locate(str(resolved)) as found:
+                return self._is_protected_walk(found, self.guard())
+        except WorkspaceError:
+            return False
 
     def relative(self, resolved: Path) -> str:
         """How to show a resolved path to the model: relative to the root when possible."""
