@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -56,3 +57,26 @@ async def wait_until_healthy(
             stderr = await process.stderr.read() if process.stderr else b""
             raise AssertionError(f"the bot exited: {stderr.decode(errors='replace')}")
         await asyncio.sleep(0.1)
+
+
+def bot_environment(**values: str) -> dict[str, str]:
+    """This process's environment without Slack's, OpenAI's and Baton's variables, plus `values`.
+
+    What a `python -m bot` started by a test sees: nothing of the developer's own
+    tokens or configuration leaks in.
+    """
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("SLACK_", "OPENAI_", "BATON_")) and name != "DATABASE_URL"
+    }
+    env.update(values)
+    return env
+
+
+async def start_bot(cwd: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
+    """`python -m bot` as a real process, its output captured."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", cwd=cwd, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip

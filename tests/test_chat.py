@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,21 +10,16 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.openai_api import FakeOpenAI, Reply, ToolCallSpec
+from tests.processes import bot_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("SLACK_", "OPENAI_", "BATON_")) and name != "DATABASE_URL"
-    }
     # Baton's own files stay beside the test's directory (which may be the workspace),
     # never in the real home.
-    env["BATON_STATE_DIR"] = str(tmp_path.with_name(tmp_path.name + "-state"))
-    env.update(extra)
-    return env
+    state = str(tmp_path.with_name(tmp_path.name + "-state"))
+    return bot_environment(**{"BATON_STATE_DIR": state, **extra})
 
 
 async def chat(tmp_path: Path, fake: FakeOpenAI, stdin: str, *args: str) -> tuple[int, str, str]:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +18,7 @@ import aiohttp
 from bot.slack.approval_views import APPROVE
 from tests.fakes.openai_api import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.slack_api import FakeSlackAPI
-from tests.processes import wait_until_healthy
+from tests.processes import bot_environment, start_bot, wait_until_healthy
 from tests.security.harness import BOT_ENVIRONMENT, OPENAI_KEY, Listener, leftover_processes
 from tests.slack.harness import ALICE, BOT, click_body, next_ts, sign, until
 from tests.slack.test_server import free_port
@@ -39,20 +37,15 @@ async def running_bot(
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "keep.txt").write_text("keep me\n")
     (tmp_path / "baton.yaml").write_text(config)
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith(("SLACK_", "OPENAI_", "BATON_", "DATABASE_"))}  # fmt: skip
-    env.update(BOT_ENVIRONMENT)
-    del env["SLACK_APP_TOKEN"]  # HTTP mode
-    env.update(
+    env = bot_environment(
+        **BOT_ENVIRONMENT,
         SLACK_API_URL=slack.url, PORT=str(port), OPENAI_BASE_URL=llm.url,
         BATON_MODEL="fake-model", BATON_WORKSPACE=str(workspace),
         BATON_STATE_DIR=str(tmp_path / "state"), BATON_CONFIG=str(tmp_path / "baton.yaml"),
         HOME=str(tmp_path / "home"),
     )  # fmt: skip
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", cwd=tmp_path, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    del env["SLACK_APP_TOKEN"]  # HTTP mode
+    process = await start_bot(tmp_path, env)
     base = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as http:

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
-import sys
 from pathlib import Path
 
 import aiohttp
 
 from tests.fakes.openai_api import FakeOpenAI, Reply
 from tests.fakes.slack_api import FakeSlackAPI
-from tests.processes import wait_until_healthy
+from tests.processes import bot_environment, start_bot, wait_until_healthy
 from tests.slack.harness import ALICE, BOT, SIGNING_SECRET, next_ts, sign, until
 
 
@@ -31,21 +29,14 @@ async def test_http_mode_serves_and_stops_gracefully_on_sigterm(tmp_path: Path) 
     async with FakeSlackAPI(bot_user_id=BOT) as slack, FakeOpenAI() as llm:
         slack.add_user(ALICE, "alice", display_name="Alice")
         llm.script(Reply(text="Finished despite the shutdown.", delay=1.0))
-        env = {
-            name: value for name, value in os.environ.items()
-            if not name.startswith(("SLACK_", "OPENAI_", "BATON_"))
-        }  # fmt: skip
-        env.update(
+        env = bot_environment(
             SLACK_BOT_TOKEN="xoxb-test", SLACK_SIGNING_SECRET=SIGNING_SECRET,
             SLACK_API_URL=slack.url, PORT=str(port), OPENAI_BASE_URL=llm.url,
             OPENAI_API_KEY="sk-test", BATON_MODEL="fake-model", BATON_WORKSPACE=str(workspace),
             DATABASE_URL=f"sqlite:///{tmp_path / 'baton.db'}",
             BATON_STATE_DIR=str(tmp_path / "state"),
         )  # fmt: skip
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", cwd=tmp_path, env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        process = await start_bot(tmp_path, env)
         base = f"http://127.0.0.1:{port}"
         try:
             async with aiohttp.ClientSession() as http:
