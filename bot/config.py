@@ -8,14 +8,25 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.errors import ConfigError
@@ -41,22 +52,99 @@ DATABASE_FILE_NAME = "baton.db"
 # install from before the state directory existed.
 DatabaseOrigin = Literal["explicit", "state_dir", "legacy"]
 
+_USER_OR_GROUP = re.compile(r"^[UWS][A-Z0-9]{1,31}$")
+
+
+# Slack ids: users U…/W…, user groups S…, channels C…/G…/D….
+UserOrGroupId = Annotated[str, StringConstraints(pattern=r"^[UWS][A-Z0-9]{1,31}$")]
+ChannelId = Annotated[str, StringConstraints(pattern=r"^[CGD][A-Z0-9]{1,31}$")]
+
+
+class AskRuleConfig(BaseModel):
+    """An `ask` rule that names who may decide it: `{rule: "bash(git push*)", approvers: [S…]}`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rule: str
+    approvers: tuple[UserOrGroupId, ...] = Field(min_length=1)
+
+    @field_validator("rule")
+    @classmethod
+    def _rule_parses(cls, rule: str) -> str:
+        Rule.parse(rule)
+        return rule
+
 
 class PermissionsConfig(BaseModel):
-    """The `permissions` section: rule strings, checked for syntax at load time."""
+    """The `permissions` section: rule strings, checked for syntax at load time.
+
+    An `ask` entry may also be a mapping naming its own approvers.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     allow: tuple[str, ...] = ()
-    ask: tuple[str, ...] = ()
+    ask: tuple[str | AskRuleConfig, ...] = ()
     deny: tuple[str, ...] = ()
 
-    @field_validator("allow", "ask", "deny")
+    @field_validator("allow", "deny")
     @classmethod
     def _rules_parse(cls, rules: tuple[str, ...]) -> tuple[str, ...]:
         for rule in rules:
             Rule.parse(rule)
         return rules
+
+    @field_validator("ask")
+    @classmethod
+    def _ask_rules_parse(
+        cls, rules: tuple[str | AskRuleConfig, ...]
+    ) -> tuple[str | AskRuleConfig, ...]:
+        for rule in rules:
+            if isinstance(rule, str):
+                Rule.parse(rule)
+        return rules
+
+    def ask_rules(self) -> tuple[Rule, ...]:
+        """The `ask` list as rules, each with the approvers it names (if any)."""
+        return tuple(
+            Rule.parse(entry)
+            if isinstance(entry, str)
+            else Rule.parse(entry.rule).with_approvers(entry.approvers)
+            for entry in self.ask
+        )
+
+
+class AccessConfig(BaseModel):
+    """The `access` section: who may start runs. Empty lists restrict nothing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    users: tuple[UserOrGroupId, ...] = ()
+    user_groups: tuple[UserOrGroupId, ...] = ()
+    channels: tuple[ChannelId, ...] = ()
+    guests: bool = False
+    external: bool = False
+
+
+class LimitsConfig(BaseModel):
+    """The `limits` section: concurrent runs and token budgets; 0 means no limit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    runs_per_user: NonNegativeInt = 3
+    runs: NonNegativeInt = 32
+    tokens_per_run: NonNegativeInt = 0
+    tokens_per_user_per_day: NonNegativeInt = 0
+    tokens_per_channel_per_day: NonNegativeInt = 0
+
+
+class PriceConfig(BaseModel):
+    """What a model costs, per million tokens, in the operator's currency."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: NonNegativeFloat
+    output: NonNegativeFloat
 
 
 class SandboxConfig(BaseModel):
@@ -80,6 +168,21 @@ class FileConfig(BaseModel):
     agent_dirs: tuple[Path, ...] | None = None
     permissions: PermissionsConfig = PermissionsConfig()
     sandbox: SandboxConfig = SandboxConfig()
+    self_approval: bool = True
+    access: AccessConfig = AccessConfig()
+    workspaces: dict[ChannelId, Path] = Field(default_factory=dict)
+    limits: LimitsConfig = LimitsConfig()
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)
+
+    @field_validator("approvers")
+    @classmethod
+    def _approver_ids(cls, approvers: tuple[str, ...]) -> tuple[str, ...]:
+        for approver in approvers:
+            if not _USER_OR_GROUP.fullmatch(approver):
+                raise ValueError(
+                    f"{approver!r} is not a Slack user id (U…, W…) or user group id (S…)"
+                )
+        return approvers
 
 
 class EnvironmentSettings(BaseSettings):
@@ -128,6 +231,12 @@ class Settings(BaseModel):
     agent_dirs: tuple[Path, ...]
     permissions: PermissionsConfig
     sandbox: SandboxConfig
+    self_approval: bool = True
+    access: AccessConfig = AccessConfig()
+    # Channel id -> its own workspace directory (resolved, checked); others use `workspace`.
+    workspaces: dict[str, Path] = Field(default_factory=dict)
+    limits: LimitsConfig = LimitsConfig()
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)
 
     @field_validator("slack_api_url")
     @classmethod
@@ -162,6 +271,11 @@ def load_settings(cwd: Path | None = None) -> Settings:
         raise ConfigError(_describe(exc, "the environment", by_alias=True)) from exc
     config_path = _find_config(env.baton_config, base)
     file_config = load_file_config(config_path) if config_path else FileConfig()
+    if not file_config.self_approval and not file_config.approvers:
+        raise ConfigError(
+            f"{config_path}: self_approval is false and approvers is empty, so nobody could "
+            "approve anything; list approvers or set self_approval: true"
+        )
     workspace = (env.baton_workspace or base).expanduser()
     if not workspace.is_absolute():
         workspace = base / workspace
@@ -204,7 +318,55 @@ def load_settings(cwd: Path | None = None) -> Settings:
         agent_dirs=agent_dirs,
         permissions=file_config.permissions,
         sandbox=file_config.sandbox,
+        self_approval=file_config.self_approval,
+        access=file_config.access,
+        workspaces=_channel_workspaces(
+            file_config.workspaces,
+            default=workspace,
+            state_dir=state_dir,
+            anchor=config_path.parent if config_path else base,
+        ),
+        limits=file_config.limits,
+        prices=file_config.prices,
     )
+
+
+def _channel_workspaces(
+    mapped: Mapping[str, Path], *, default: Path, state_dir: Path, anchor: Path
+) -> dict[str, Path]:
+    """Resolve and check each channel's directory, as BATON_WORKSPACE is checked.
+
+    Two workspaces may not nest (one's tools would reach into the other), nor may a
+    mapped one nest in or contain the default workspace. Two channels may share one
+    directory: they then share its files on purpose.
+    """
+    resolved: dict[str, Path] = {}
+    for channel, given in mapped.items():
+        path = given.expanduser()
+        path = path if path.is_absolute() else anchor / path
+        if not path.is_dir():
+            raise ConfigError(f"workspaces.{channel}: {path} is not a directory")
+        path = path.resolve()
+        try:
+            check_workspace(path, state_dir)
+        except ConfigError as exc:
+            raise ConfigError(
+                str(exc).replace("BATON_WORKSPACE:", f"workspaces.{channel}:", 1).split(". Set ")[0]
+                + f". Map {channel} to a project directory of its own."
+            ) from exc
+        resolved[channel] = path
+    others = [("BATON_WORKSPACE", default), *((f"workspaces.{c}", p) for c, p in resolved.items())]
+    for channel, path in resolved.items():
+        for name, other in others:
+            if other == path or name == f"workspaces.{channel}":
+                continue
+            if path.is_relative_to(other) or other.is_relative_to(path):
+                inside = "lies inside" if path.is_relative_to(other) else "contains"
+                raise ConfigError(
+                    f"workspaces.{channel}: {path} {inside} {name} ({other}): the agents of one "
+                    "could read and change the other's files. Give each a separate directory."
+                )
+    return resolved
 
 
 def default_state_dir(xdg_state_home: str | None = None) -> Path:
@@ -245,8 +407,7 @@ def check_workspace(workspace: Path, state_dir: Path, *, named: bool = True) -> 
         problem = "is your home directory: the agents could read your keys and credentials"
     elif workspace in home.parents:
         problem = (
-            f"contains your home directory {home}: the agents could read your keys and "
-            "credentials"
+            f"contains your home directory {home}: the agents could read your keys and credentials"
         )
     elif workspace == state_dir:
         problem = (

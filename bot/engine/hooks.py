@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from bot.tools.base import Tool, ToolArguments
@@ -29,6 +29,9 @@ class HookDecision:
     action: Literal["allow", "deny", "ask"]
     reason: str = ""
     risk: str | None = None
+    # For "ask": sets of people (user and group ids) who alone may decide; a decider
+    # must belong to every set. Empty: whoever may decide any request.
+    approver_sets: tuple[tuple[str, ...], ...] = ()
 
     @classmethod
     def allow(cls, reason: str = "") -> HookDecision:
@@ -39,8 +42,13 @@ class HookDecision:
         return cls(action="deny", reason=reason)
 
     @classmethod
-    def ask(cls, reason: str, risk: str | None = None) -> HookDecision:
-        return cls(action="ask", reason=reason, risk=risk)
+    def ask(
+        cls,
+        reason: str,
+        risk: str | None = None,
+        approver_sets: tuple[tuple[str, ...], ...] = (),
+    ) -> HookDecision:
+        return cls(action="ask", reason=reason, risk=risk, approver_sets=approver_sets)
 
 
 class Hook(Protocol):
@@ -52,9 +60,12 @@ class Hook(Protocol):
 async def decide(hooks: Sequence[Hook], invocation: ToolInvocation) -> HookDecision:
     """Combine the hooks' verdicts: any deny wins, then the first ask, else allow.
 
-    A hook that raises denies the call: a broken check must never let a call through.
+    The first ask gives the reason; the approver sets of every ask apply together
+    (the strictest wins). A hook that raises denies the call: a broken check must
+    never let a call through.
     """
     first_ask: HookDecision | None = None
+    approver_sets: list[tuple[str, ...]] = []
     for hook in hooks:
         try:
             decision = await hook(invocation)
@@ -67,7 +78,10 @@ async def decide(hooks: Sequence[Hook], invocation: ToolInvocation) -> HookDecis
             return decision
         if first_ask is None:
             first_ask = decision
-    return first_ask or HookDecision.allow()
+        approver_sets += [s for s in decision.approver_sets if s not in approver_sets]
+    if first_ask is None:
+        return HookDecision.allow()
+    return replace(first_ask, approver_sets=tuple(approver_sets))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +95,8 @@ class ApprovalRequest:
     risk: str | None
     agent: str = "main"
     task_id: str | None = None
+    # Who alone may decide (see `HookDecision.approver_sets`); empty: the usual deciders.
+    approver_sets: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -261,6 +261,7 @@ class Engine:
                     arguments=call.arguments,
                     reason=decision.reason,
                     risk=decision.risk,
+                    approver_sets=decision.approver_sets,
                 )
             )
             if not verdict.approved:

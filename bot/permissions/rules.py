@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from bot.tools.base import ArgumentKind
@@ -53,6 +53,12 @@ class Rule:
     tool: str
     pattern: str | None
     text: str
+    # For an ask rule: who may decide what it matches (user and group ids); empty
+    # means whoever may decide any request.
+    approvers: tuple[str, ...] = ()
+
+    def with_approvers(self, approvers: Sequence[str]) -> Rule:
+        return replace(self, approvers=tuple(approvers))
 
     @classmethod
     def parse(cls, text: str) -> Rule:
@@ -120,10 +126,15 @@ class PermissionRules:
 
     @classmethod
     def parse(
-        cls, *, allow: Iterable[str] = (), ask: Iterable[str] = (), deny: Iterable[str] = ()
+        cls,
+        *,
+        allow: Iterable[str] = (),
+        ask: Iterable[str | Rule] = (),
+        deny: Iterable[str] = (),
     ) -> PermissionRules:
+        """Parse rule strings; `ask` may also hold rules already made (with approvers)."""
         return cls(
             allow=tuple(Rule.parse(r) for r in allow),
-            ask=tuple(Rule.parse(r) for r in ask),
+            ask=tuple(r if isinstance(r, Rule) else Rule.parse(r) for r in ask),
             deny=tuple(Rule.parse(r) for r in deny),
         )

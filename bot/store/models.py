@@ -162,3 +162,31 @@ class ProcessedEventRow(SQLModel, table=True):
 
     key: str = Field(primary_key=True, max_length=255)
     created_at: datetime = _timestamp(nullable=False)
+
+
+class UsageRow(SQLModel, table=True):
+    """Tokens one LLM call spent: whose run, which channel, which UTC day, which model."""
+
+    __tablename__ = "usage"
+
+    id: int | None = Field(default=None, primary_key=True)
+    day: str = Field(max_length=10, index=True)  # YYYY-MM-DD, UTC
+    user_id: str | None = Field(default=None, max_length=32, index=True)
+    channel_id: str | None = Field(default=None, max_length=32, index=True)
+    run_id: str | None = Field(default=None, max_length=64, index=True)
+    task_id: str | None = Field(default=None, max_length=128)
+    model: str = Field(max_length=255)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    created_at: datetime = _timestamp(nullable=False)
+
+
+class ApprovalDecidersRow(SQLModel, table=True):
+    """Who may decide one approval request, fixed when it is made (any replica reads it)."""
+
+    __tablename__ = "approval_deciders"
+
+    approval_id: str = Field(primary_key=True, foreign_key="approvals.id", max_length=64)
+    # Sets of user and group ids; a decider must be in every set. Empty: the usual deciders.
+    approver_sets: list[list[str]] = Field(default_factory=list, sa_column=Column(JSON))
+    self_approval: bool = True

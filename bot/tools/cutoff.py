@@ -37,9 +37,7 @@ class Cutoff:
         return self.hit
 
 
-async def run_with_cutoff(
-    work: Callable[..., T], *args: Any, seconds: float, **kwargs: Any
-) -> T:
+async def run_with_cutoff(work: Callable[..., T], *args: Any, seconds: float, **kwargs: Any) -> T:
     """`work(*args, cutoff=…, **kwargs)` in a worker thread, stopped within `seconds`.
 
     The stop flag is set when the call ends, also when it is cancelled: a cancelled
