@@ -5,6 +5,7 @@ from bot.engine.events import (
     Done,
     ErrorEvent,
     RunEvent,
+    StopReason,
     TextDelta,
     ToolResult,
     ToolStart,
@@ -20,6 +21,7 @@ from bot.engine.hooks import (
 from bot.engine.llm import LLMClient
 from bot.engine.loop import DEFAULT_MAX_TURNS, Engine
 from bot.engine.messages import ChatMessage, ToolCall, Usage
+from bot.engine.meter import Meter
 
 __all__ = [
     "DEFAULT_MAX_TURNS",
@@ -34,7 +36,9 @@ __all__ = [
     "Hook",
     "HookDecision",
     "LLMClient",
+    "Meter",
     "RunEvent",
+    "StopReason",
     "TextDelta",
     "ToolCall",
     "ToolInvocation",

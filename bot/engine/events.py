@@ -7,7 +7,8 @@ from typing import Literal
 
 from bot.engine.messages import Usage
 
-StopReason = Literal["completed", "max_turns", "error"]
+# "budget": the meter said no further LLM call may be made (the work so far is kept).
+StopReason = Literal["completed", "max_turns", "budget", "error"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

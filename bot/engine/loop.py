@@ -1,7 +1,8 @@
 """The agent loop shared by the main agent and every sub-agent.
 
 LLM → tool calls → results → LLM … until the model answers without calling a
-tool, or the turn limit is reached. Events stream out as they happen.
+tool, the turn limit is reached, or the meter says the token budget is spent.
+Events stream out as they happen.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from bot.engine.hooks import (
 )
 from bot.engine.llm import LLMClient, LLMResponse, TextChunk
 from bot.engine.messages import ChatMessage, ToolCall, Usage
+from bot.engine.meter import Meter
 from bot.errors import LLMError, ToolError
 from bot.tools.base import DEFAULT_OUTPUT_LIMIT, ToolRegistry, cap_output, person_approved
 
@@ -66,6 +68,7 @@ class Engine:
         approval: ApprovalFunc | None = None,
         max_turns: int = DEFAULT_MAX_TURNS,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        meter: Meter | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
@@ -77,6 +80,7 @@ class Engine:
         self.approval = approval
         self.max_turns = max_turns
         self.output_limit = output_limit
+        self.meter = meter
 
     async def run_stream(
         self,
@@ -133,9 +137,18 @@ class Engine:
         stop: StopReason = "completed"
         try:
             while True:
+                # Asked before every call, the first included: a budget spent by another
+                # part of the run (a sibling sub-agent) stops this one too.
+                if (note := self._budget_note()) is not None:
+                    stop = "budget"
+                    last_text = f"{last_text}\n\n{note}" if last_text else note
+                    add(ChatMessage(role="assistant", content=note))
+                    break
                 turns += 1
                 response = await self._call_llm(messages, emit)
                 usage += response.usage
+                if self.meter is not None:
+                    await self.meter.charge(model=self.model, usage=response.usage, task_id=None)
                 if response.text:
                     last_text = response.text
                 add(
@@ -147,8 +160,9 @@ class Engine:
                 )
                 if not response.tool_calls:
                     # Someone wrote while the model answered: answer them too. At the turn
-                    # limit the inbox is left alone, so its messages are not taken unread.
-                    if inbox is None or turns >= self.max_turns:
+                    # limit or with the budget spent the inbox is left alone, so its
+                    # messages are not taken unread.
+                    if inbox is None or turns >= self.max_turns or self._budget_note():
                         break
                     late = list(inbox())
                     if not late:
@@ -169,7 +183,7 @@ class Engine:
                             name=call.name,
                         )
                     )
-                if turns < self.max_turns:
+                if turns < self.max_turns and self._budget_note() is None:
                     for message in inbox() if inbox else ():
                         add(message)
                 if turns >= self.max_turns:
@@ -185,6 +199,9 @@ class Engine:
             emit(ErrorEvent(message=f"The model call failed: {exc}"))
             stop = "error"
         emit(Done(final_text=last_text, usage=usage, turns=turns, stop_reason=stop))
+
+    def _budget_note(self) -> str | None:
+        return self.meter.exhausted() if self.meter is not None else None
 
     async def _call_llm(self, messages: list[ChatMessage], emit: Emit) -> LLMResponse:
         response: LLMResponse | None = None

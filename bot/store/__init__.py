@@ -3,5 +3,15 @@
 from bot.store.database import Database
 from bot.store.events import EventLedger
 from bot.store.sessions import SessionKey, SessionRecord, SessionStore
+from bot.store.usage import ModelUsage, UsageStore, UsageTotals
 
-__all__ = ["Database", "EventLedger", "SessionKey", "SessionRecord", "SessionStore"]
+__all__ = [
+    "Database",
+    "EventLedger",
+    "ModelUsage",
+    "SessionKey",
+    "SessionRecord",
+    "SessionStore",
+    "UsageStore",
+    "UsageTotals",
+]
