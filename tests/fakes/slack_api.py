@@ -750,6 +750,10 @@ class FakeSlackAPI:
         is_admin: bool = False,
         deleted: bool = False,
         tz: str = "UTC",
+        is_restricted: bool = False,
+        is_ultra_restricted: bool = False,
+        team_id: str | None = None,
+        enterprise_id: str | None = None,
     ) -> dict[str, Any]:
         """Seed a user for ``users.info`` / ``users.lookupByEmail``.
 
@@ -763,17 +767,24 @@ class FakeSlackAPI:
             is_admin: Whether the user is a workspace admin.
             deleted: Whether the user is deactivated.
             tz: Time zone identifier.
+            is_restricted: A multi-channel guest.
+            is_ultra_restricted: A single-channel guest.
+            team_id: The user's home workspace (``team_id``, ``profile.team``); defaults
+                to this fake's workspace. Another id makes a Slack Connect user.
+            enterprise_id: The user's Enterprise Grid organisation; when set, the user
+                carries ``enterprise_user`` as Slack sends it for Grid members.
 
         Returns:
             The stored user object (Slack's shape).
         """
+        team = team_id if team_id is not None else self.team_id
         real = real_name if real_name is not None else name
         profile: dict[str, Any] = {
             "real_name": real,
             "real_name_normalized": real,
             "display_name": display_name,
             "display_name_normalized": display_name,
-            "team": self.team_id,
+            "team": team,
         }
         if email is not None:
             profile["email"] = email
@@ -781,18 +792,30 @@ class FakeSlackAPI:
             profile["bot_id"] = self.bot_id
         user: dict[str, Any] = {
             "id": user_id,
-            "team_id": self.team_id,
+            "team_id": team,
             "name": name,
             "deleted": deleted,
             "real_name": real,
             "tz": tz,
             "is_admin": is_admin,
             "is_owner": False,
+            "is_restricted": is_restricted,
+            "is_ultra_restricted": is_ultra_restricted,
             "is_bot": is_bot,
             "is_app_user": False,
             "updated": 1_700_000_000,
             "profile": profile,
         }
+        if enterprise_id is not None:
+            user["enterprise_user"] = {
+                "id": user_id,
+                "enterprise_id": enterprise_id,
+                "enterprise_name": f"Enterprise {enterprise_id}",
+                "is_admin": False,
+                "is_owner": False,
+                "is_primary_owner": False,
+                "teams": [team],
+            }
         self.users[user_id] = user
         return copy.deepcopy(user)
 

@@ -355,6 +355,36 @@ async def test_users_info(fake: FakeSlackAPI, client: AsyncWebClient) -> None:
     assert err.response["error"] == "user_not_found"
 
 
+async def test_users_info_guests_and_other_teams(
+    fake: FakeSlackAPI, client: AsyncWebClient
+) -> None:
+    plain = (await client.users_info(user="UBOT"))["user"]
+    assert plain["is_restricted"] is False
+    assert plain["is_ultra_restricted"] is False
+    assert plain["team_id"] == fake.team_id
+    assert "enterprise_user" not in plain
+
+    fake.add_user("U1", "guest", is_restricted=True)
+    fake.add_user("U2", "single", is_ultra_restricted=True)
+    fake.add_user("U3", "partner", team_id="T0099")
+    fake.add_user("W4", "grid", team_id="T0002", enterprise_id="E1")
+
+    guest = (await client.users_info(user="U1"))["user"]
+    assert (guest["is_restricted"], guest["is_ultra_restricted"]) == (True, False)
+    assert guest["team_id"] == fake.team_id
+    single = (await client.users_info(user="U2"))["user"]
+    assert (single["is_restricted"], single["is_ultra_restricted"]) == (False, True)
+    partner = (await client.users_info(user="U3"))["user"]
+    assert partner["team_id"] == "T0099"
+    assert partner["profile"]["team"] == "T0099"
+    assert "enterprise_user" not in partner
+    grid = (await client.users_info(user="W4"))["user"]
+    assert grid["team_id"] == "T0002"
+    assert grid["enterprise_user"]["enterprise_id"] == "E1"
+    assert grid["enterprise_user"]["id"] == "W4"
+    assert grid["enterprise_user"]["teams"] == ["T0002"]
+
+
 async def test_usergroups_users_list(fake: FakeSlackAPI, client: AsyncWebClient) -> None:
     fake.add_usergroup("S1", ["U1", "U2"])
     resp = await client.usergroups_users_list(usergroup="S1")
