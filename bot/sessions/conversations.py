@@ -6,7 +6,7 @@ import asyncio
 import weakref
 from collections.abc import AsyncIterator
 
-from bot.engine import ApprovalFunc, ChatMessage, Done, RunEvent
+from bot.engine import ApprovalFunc, ChatMessage, Done, Meter, RunEvent
 from bot.engine.loop import Inbox
 from bot.engine.messages import fit_history, repair_history
 from bot.sessions.main_agent import MainAgent, Turn
@@ -60,13 +60,15 @@ class Conversations:
         progress: ProgressSink | None = None,
         inbox: Inbox | None = None,
         context: str | None = None,
+        meter: Meter | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Run the main agent on `text` in session `key`, yielding its events.
 
         Background results that finished since the last turn go first, once, then
         `context` (earlier messages of a Slack thread), then the text. Messages
         from `inbox` reach the run before its next LLM call. What the run added is
-        saved even when it is cancelled half-way.
+        saved even when it is cancelled half-way. `meter` counts the run's tokens
+        (its sub-agents' included) and stops it when its budget is spent.
         """
         session = await self.store.get_or_create(key)
         async with self.lock_for(key):
@@ -76,7 +78,13 @@ class Conversations:
             finished = await self.tracker.drain_completed(session.id)
             parts = [render_finished_tasks(finished)] if finished else []
             prompt = "\n\n".join([*parts, *([context] if context else []), text])
-            turn = Turn(session=session, approval=approval, user_id=user_id, progress=progress)
+            turn = Turn(
+                session=session,
+                approval=approval,
+                user_id=user_id,
+                progress=progress,
+                meter=meter,
+            )
             engine = self.main_agent.build_engine(turn)
             transcript: list[ChatMessage] = []
             try:
@@ -103,6 +111,7 @@ class Conversations:
         approval: ApprovalFunc | None = None,
         user_id: str | None = None,
         progress: ProgressSink | None = None,
+        meter: Meter | None = None,
     ) -> TaskOutcome:
         """`@agent text`: run one sub-agent directly in the foreground, no main LLM call.
 
@@ -115,7 +124,13 @@ class Conversations:
             raise UnknownAgentError(agent, registry.names())
         session = await self.store.get_or_create(key)
         async with self.lock_for(key):
-            turn = Turn(session=session, approval=approval, user_id=user_id, progress=progress)
+            turn = Turn(
+                session=session,
+                approval=approval,
+                user_id=user_id,
+                progress=progress,
+                meter=meter,
+            )
             outcome = await self.main_agent.runner.run_foreground(
                 definition,
                 text,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bot.engine import ApprovalFunc, Engine, Hook, LLMClient
+from bot.engine import ApprovalFunc, Engine, Hook, LLMClient, Meter
 from bot.store import SessionRecord
 from bot.subagents import (
     AgentRegistry,
@@ -25,6 +25,8 @@ class Turn:
     approval: ApprovalFunc | None = None
     user_id: str | None = None
     progress: ProgressSink | None = None
+    # The run's token meter, shared with every sub-agent the turn starts.
+    meter: Meter | None = None
 
 
 class MainAgent:
@@ -60,6 +62,7 @@ class MainAgent:
             channel_id=turn.session.channel_id,
             user_id=turn.user_id,
             progress=turn.progress,
+            meter=turn.meter,
         )
 
     def build_engine(self, turn: Turn) -> Engine:
@@ -74,4 +77,5 @@ class MainAgent:
             hooks=self.hooks,
             approval=turn.approval,
             max_turns=self.max_turns,
+            meter=turn.meter,
         )

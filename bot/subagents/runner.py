@@ -20,6 +20,7 @@ from bot.engine import (
     Hook,
     HookDecision,
     LLMClient,
+    Meter,
     RunEvent,
     TextDelta,
     ToolInvocation,
@@ -37,6 +38,7 @@ from bot.tools.base import ToolRegistry
 logger = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "interrupted: Baton was shut down while it ran; start it again"
+BUDGET_REASON = "stopped: the run's token budget is spent"
 MAX_LOG_TEXT = 2_000
 
 
@@ -64,6 +66,9 @@ class ParentContext:
     channel_id: str | None = None
     user_id: str | None = None
     progress: ProgressSink | None = None
+    # The run's meter: every child, foreground or background, spends the same budget,
+    # and a background child keeps charging it after the parent's turn is over.
+    meter: Meter | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +110,8 @@ def describe_event(event: RunEvent) -> str | None:
             return f"✓ Done · {event.turns} turns · {tokens:,} tokens"
         if event.stop_reason == "max_turns":
             return f"✗ Stopped at the turn limit · {event.turns} turns · {tokens:,} tokens"
+        if event.stop_reason == "budget":
+            return f"✗ Stopped: the token budget is spent · {event.turns} turns · {tokens:,} tokens"
         return f"✗ Failed · {event.turns} turns · {tokens:,} tokens"
     return None
 
@@ -151,8 +158,16 @@ class SubAgentRunner:
         parent: ParentContext,
         approval: ApprovalFunc | None,
         system_prompt: str,
+        *,
+        task_id: str | None = None,
     ) -> Engine:
-        """A fresh engine for the child: no parent history, no parent system prompt."""
+        """A fresh engine for the child: no parent history, no parent system prompt.
+
+        It spends the parent's meter, its charges marked with `task_id`.
+        """
+        meter = parent.meter
+        if meter is not None and task_id is not None:
+            meter = _TaskMeter(meter=meter, task_id=task_id)
         return Engine(
             llm=self.llm,
             model=definition.model or parent.model,
@@ -161,6 +176,7 @@ class SubAgentRunner:
             hooks=[*self.hooks, deny_task_hook],
             approval=approval,
             max_turns=definition.max_turns or self.default_max_turns,
+            meter=meter,
         )
 
     async def run_foreground(
@@ -298,7 +314,9 @@ class SubAgentRunner:
         child_prompt = build_child_prompt(
             definition, workspace=self.workspace, skills_dir=self.skills_dir
         )
-        engine = self.build_engine(definition, parent, approval, child_prompt.text)
+        engine = self.build_engine(
+            definition, parent, approval, child_prompt.text, task_id=record.id
+        )
         lines = [f"Starting {definition.name} ({engine.model}, {len(engine.tools)} tools)"]
         lines += [
             f"⚠ skill {name!r} not found; running without it"
@@ -340,6 +358,8 @@ class SubAgentRunner:
             state = "failed"
             if done.stop_reason == "max_turns":
                 error = f"stopped early at the limit of {engine.max_turns} turns"
+            elif done.stop_reason == "budget":
+                error = BUDGET_REASON
         await self.tracker.finish(
             record.id,
             state=state,
@@ -357,6 +377,20 @@ class SubAgentRunner:
             usage=done.usage,
             turns=done.turns,
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _TaskMeter:
+    """The run's meter as one child sees it: same budget, charges marked with its task id."""
+
+    meter: Meter
+    task_id: str
+
+    def exhausted(self) -> str | None:
+        return self.meter.exhausted()
+
+    async def charge(self, *, model: str, usage: Usage, task_id: str | None) -> None:
+        await self.meter.charge(model=model, usage=usage, task_id=task_id or self.task_id)
 
 
 def _labelled(approval: ApprovalFunc | None, record: TaskRecord) -> ApprovalFunc | None:
