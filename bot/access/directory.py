@@ -47,7 +47,8 @@ async def includes(directory: Directory, ids: Iterable[str], user_id: str) -> bo
     A group that cannot be read grants nobody anything (fail closed).
     """
     ids = tuple(ids)
-    if user_id in ids:
+    # A group's id names its members, never someone whose id happens to equal it.
+    if user_id in ids and not is_group(user_id):
         return True
     for group in filter(is_group, ids):
         members = await directory.group_members(group)
