@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from bot.engine.hooks import HookDecision, ToolInvocation
@@ -65,20 +66,49 @@ class PermissionHook:
         return self.check(invocation.tool, invocation.arguments)
 
     def check(self, tool: Tool, arguments: object) -> HookDecision:
+        """Decide one call; an ask carries the approver sets of every ask rule matching it.
+
+        Whatever made the call ask (a rule, a danger pattern, no sandbox), a rule naming
+        its own approvers still holds: a danger pattern must not let someone outside
+        `bash(git push*)`'s set approve a `git push`.
+        """
         value = _main_value(tool, arguments)
         if tool.argument_kind == "command" and value is not None:
-            return self._check_command(tool, value)
-        if value is None or tool.argument_kind != "path":
-            return self._decide(
-                tool, every=[value] if value else [], exact=[value] if value else []
-            )
-        resolved = self._resolved(value)
+            every = self._command_spellings(value)
+            decision = self._check_command(tool, value, every)
+        elif value is None or tool.argument_kind != "path":
+            every = [value] if value else []
+            decision = self._decide(tool, every=every, exact=every)
+        else:
+            resolved = self._resolved(value)
+            every = _path_spellings(value, self._exact_paths(resolved))
+            decision = self._check_path(tool, value, resolved, every)
+        if decision.action != "ask":
+            return decision
+        approver_sets = self._approver_sets(tool, every)
+        return replace(decision, approver_sets=approver_sets) if approver_sets else decision
+
+    def _approver_sets(self, tool: Tool, every: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+        """The approvers of each ask rule that names some and matches any spelling of the call.
+
+        For a command, its parts are among the spellings, so every part's rule counts.
+        """
+        sets: list[tuple[str, ...]] = []
+        for rule in self.rules.ask:
+            if rule.approvers and rule.matches(tool.name, every, tool.argument_kind):
+                if rule.approvers not in sets:
+                    sets.append(rule.approvers)
+        return tuple(sets)
+
+    def _exact_paths(self, resolved: Path | None) -> list[str]:
+        return [self.workspace.relative(resolved), str(resolved)] if resolved else []
+
+    def _check_path(
+        self, tool: Tool, value: str, resolved: Path | None, every: list[str]
+    ) -> HookDecision:
         if resolved is not None and not tool.read_only and self.workspace.is_protected(resolved):
             return HookDecision.deny(f"{value!r} {PROTECTED_MESSAGE}")
-        exact = [self.workspace.relative(resolved), str(resolved)] if resolved else []
-        # Deny rules see every spelling of the path; allow and ask rules only the path
-        # it really is, so `src/../Makefile` is never covered by `write_file(src/**)`.
-        every = list(dict.fromkeys([value, os.path.normpath(value), *exact]))
+        exact = self._exact_paths(resolved)
         for candidate in every:
             if danger := find_path_danger(candidate):
                 if denied := _first_match(self.rules.deny, tool, every):
@@ -125,16 +155,20 @@ class PermissionHook:
         except WorkspaceError:
             return None
 
-    def _check_command(self, tool: Tool, command: str) -> HookDecision:
+    def _command_spellings(self, command: str) -> list[str]:
+        """The command, each part as written, and as the program it really runs.
+
+        `/bin/rm`, `env rm`, `then rm` all run rm, so a deny rule cannot be stepped around.
+        """
         try:
             parsed = split_segments(command)
         except CommandParseError:
             parsed = []
-        # Each part as written, and as the program it really runs (`/bin/rm`, `env rm`,
-        # `then rm` all run rm), so a deny rule cannot be stepped around.
         written = [" ".join(command_words(s)) for s in parsed]
         effective = [_effective_text(s) for s in parsed]
-        every = list(dict.fromkeys([command, *written, *effective]))
+        return list(dict.fromkeys([command, *written, *effective]))
+
+    def _check_command(self, tool: Tool, command: str, every: list[str]) -> HookDecision:
         if denied := _first_match(self.rules.deny, tool, every):
             return HookDecision.deny(f"the rule deny: {denied.text} forbids it")
         denial, concern = self._protected_words(command)
@@ -322,6 +356,15 @@ class PermissionHook:
                 if os.path.realpath(folder) == str(path.parent):
                     found.append((path, True))
         return found
+
+
+def _path_spellings(value: str, exact: list[str]) -> list[str]:
+    """Every spelling of a path: as written, normalised, and what it really is.
+
+    Deny rules see them all; allow and ask rules only the path it really is, so
+    `src/../Makefile` is never covered by `write_file(src/**)`.
+    """
+    return list(dict.fromkeys([value, os.path.normpath(value), *exact]))
 
 
 def _path_operands(words: Sequence[str]) -> Iterator[str]:

@@ -7,6 +7,7 @@ Everything a model wrote is escaped before Slack sees it: an argument holding
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bot.slack.blocks import code_sections
@@ -95,9 +96,19 @@ def _show_button(value: str, text: str = "Show full arguments") -> Block:
     }
 
 
-def request_message(record: ApprovalRecord, *, timeout_s: float) -> tuple[str, list[Block]]:
-    """The question, with Approve and Deny (and the full arguments when shortened)."""
+def request_message(
+    record: ApprovalRecord, *, timeout_s: float, who_may_decide: str | None = None
+) -> tuple[str, list[Block]]:
+    """The question, with Approve and Deny (and the full arguments when shortened).
+
+    Args:
+        record: The pending request.
+        timeout_s: How long it waits for a decision.
+        who_may_decide: Who may approve, as mentions (`Deciders.who_may_decide`).
+    """
     blocks, shortened = _body(record)
+    if who_may_decide:
+        blocks.append(_context(f"*Who may decide:* {who_may_decide}"))
     buttons: list[Block] = [
         {"type": "button", "text": {"type": "plain_text", "text": "Approve"}, "style": "primary",
          "action_id": APPROVE, "value": record.id},
@@ -112,12 +123,18 @@ def request_message(record: ApprovalRecord, *, timeout_s: float) -> tuple[str, l
     return f"Approval needed: {escape_mrkdwn(record.tool)}", blocks
 
 
+def _when(record: ApprovalRecord) -> str:
+    """` at <date>` in each reader's time zone (UTC as the fallback), or nothing."""
+    if record.decided_at is None:
+        return ""
+    epoch = int(record.decided_at.timestamp())
+    fallback = record.decided_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f" at <!date^{epoch}^{{date_short_pretty}} {{time_secs}}|{fallback}>"
+
+
 def outcome_line(record: ApprovalRecord, *, timeout_s: float) -> str:
-    when = ""
-    if record.decided_at is not None:
-        epoch = int(record.decided_at.timestamp())
-        fallback = record.decided_at.strftime("%Y-%m-%d %H:%M UTC")
-        when = f" at <!date^{epoch}^{{date_short_pretty}} {{time}}|{fallback}>"
+    """What happened to a request, who decided and when."""
+    when = _when(record)
     by = f" by <@{record.decided_by}>" if record.decided_by else ""
     if record.state == "approved":
         return f"✓ Approved{by}{when}"
@@ -143,6 +160,55 @@ def outcome_message(
         )  # fmt: skip
     blocks.append(_context(line))
     return f"{escape_mrkdwn(record.tool)}: {line}", blocks
+
+
+def decision_log_line(record: ApprovalRecord, *, timeout_s: float) -> str:
+    """One task-log line: `✓ Approved by <@U1> at 14:03:12 UTC: bash · ap-…`."""
+    at = f" at {record.decided_at:%H:%M:%S} UTC" if record.decided_at else ""
+    by = f" by <@{record.decided_by}>" if record.decided_by else ""
+    outcome = {
+        "approved": f"✓ Approved{by}{at}",
+        "denied": f"✗ Denied{by}{at}",
+        "expired": f"⌛ Expired{at} (nobody decided within {timeout_s:g} s)",
+        "cancelled": f"⊘ Cancelled{at} (the run stopped before anyone decided)",
+    }.get(record.state, f"Waiting for a decision since {record.created_at:%H:%M:%S} UTC")
+    return f"{outcome}: {record.tool} · {record.id}"
+
+
+def recent_decisions_blocks(
+    records: Sequence[ApprovalRecord],
+    *,
+    timeout_s: float,
+    redact: Callable[[str], str] | None = None,
+    preview_chars: int = 60,
+) -> list[Block]:
+    """A short "Recent decisions" list (for the `/tasks` panel), newest first.
+
+    Args:
+        records: What `ApprovalStore.recent_decisions` returned.
+        timeout_s: The approval timeout, named in expired lines.
+        redact: When given, each line also shows the start of the call's arguments,
+            passed through it first (credentials out).
+        preview_chars: How much of the arguments to show.
+    """
+    blocks: list[Block] = [_section("*Recent decisions*")]
+    if not records:
+        blocks.append(_context("No approval requests were decided in this channel yet."))
+        return blocks
+    for record in records:
+        line = f"{outcome_line(record, timeout_s=timeout_s)} · `{escape_mrkdwn(record.tool)}`"
+        if record.agent != "main":
+            line += f" for {escape_mrkdwn(record.agent)} (`{escape_mrkdwn(record.task_id or '')}`)"
+        if redact is not None:
+            shown = " ".join(redact(record.arguments).split())
+            if len(shown) > preview_chars:
+                shown = shown[: preview_chars - 1] + "…"
+            # A backtick would close the code span early.
+            shown = shown.replace("`", "'")
+            line += f" `{escape_mrkdwn(shown)}`"
+        line += f" · {escape_mrkdwn(record.id)}"
+        blocks.append(_context(line))
+    return blocks
 
 
 def _argument_blocks(record: ApprovalRecord) -> list[Block]:

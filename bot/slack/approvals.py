@@ -9,22 +9,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access.deciders import Deciders
 from bot.engine import ApprovalDecision, ApprovalFunc, ApprovalRequest
-from bot.slack.approval_views import arguments_modal, outcome_message, request_message
-from bot.slack.approvers import Approvers
+from bot.slack.approval_views import (
+    arguments_modal,
+    decision_log_line,
+    outcome_message,
+    request_message,
+)
 from bot.store.approvals import ApprovalRecord, ApprovalStore
 from bot.store.instances import Instances
+from bot.store.models import utcnow
 
 logger = logging.getLogger(__name__)
 
 POLL_S = 1.0
 RESTART_NOTE = "⌛ Expired: Baton restarted before anyone decided; the call did not run"
+
+# Appends one line to a sub-agent task's log: (task id, line).
+TaskLog = Callable[[str, str], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,23 +46,45 @@ class ClickResult:
 
 
 class SlackApprovals:
-    """Asks people in the thread and turns their clicks into decisions."""
+    """Asks people in the thread and turns their clicks into decisions.
+
+    Who may decide is fixed when a request is made (its approver sets and this
+    deployment's `self_approval`, stored with it), so a click on any replica is
+    judged by the same rules.
+    """
 
     def __init__(
         self,
         *,
         store: ApprovalStore,
         client: AsyncWebClient,
-        approvers: Approvers,
+        deciders: Deciders,
         instances: Instances,
         timeout_s: float,
+        self_approval: bool,
+        task_log: TaskLog | None = None,
         poll_s: float = POLL_S,
     ) -> None:
+        """Build the approvals of one process.
+
+        Args:
+            store: Where requests and decisions live (shared by all replicas).
+            client: The Slack Web API client.
+            deciders: Who may approve, deny and cancel.
+            instances: This process's id (the owner of the requests it waits on).
+            timeout_s: How long a request waits for a decision.
+            self_approval: Whether requesters may approve their own requests.
+            task_log: Appends a line to a task's log; each decision on a task's
+                request is recorded there (shown by `/tasks` View log).
+            poll_s: How often a waiting run reads its request again.
+        """
         self.store = store
         self.instances = instances
         self.client = client
-        self.approvers = approvers
+        self.deciders = deciders
         self.timeout_s = timeout_s
+        self.self_approval = self_approval
+        self.task_log = task_log
         self.poll_s = poll_s
         self._waiting: dict[str, asyncio.Event] = {}
 
@@ -90,11 +123,15 @@ class SlackApprovals:
             requested_by=requested_by,
             channel_id=channel,
             owner=self.instances.id,
+            approver_sets=request.approver_sets,
+            self_approval=self.self_approval,
         )
         woken = self._waiting[record.id] = asyncio.Event()
         posted_ts: str | None = None
         try:
-            text, blocks = request_message(record, timeout_s=self.timeout_s)
+            text, blocks = request_message(
+                record, timeout_s=self.timeout_s, who_may_decide=self._who_may_decide(record)
+            )
             try:
                 posted = await self.client.chat_postMessage(
                     channel=channel, thread_ts=thread_ts, text=text, blocks=blocks
@@ -126,11 +163,33 @@ class SlackApprovals:
                         "call ran"
                     )
                 await asyncio.shield(self._show_outcome(final, note=note))
+                await asyncio.shield(self._log_decision(final))
             raise
         finally:
             self._waiting.pop(record.id, None)
         await self._show_outcome(record)
+        await self._log_decision(record)
         return self._decision(record)
+
+    def _who_may_decide(self, record: ApprovalRecord) -> str:
+        return self.deciders.who_may_decide(
+            requester=record.requested_by,
+            approver_sets=record.approver_sets,
+            self_approval=record.self_approval,
+        )
+
+    async def _log_decision(self, record: ApprovalRecord) -> None:
+        """Record the outcome of a task's request in that task's log (View log shows it).
+
+        The waiting process writes it, whichever replica took the click, so it is
+        written once; a failure is logged and never changes the decision.
+        """
+        if self.task_log is None or not record.task_id:
+            return
+        try:
+            await self.task_log(record.task_id, decision_log_line(record, timeout_s=self.timeout_s))
+        except Exception:
+            logger.exception("could not log decision of %s in task %s", record.id, record.task_id)
 
     async def _cancel(self, approval_id: str) -> ApprovalRecord | None:
         return await self.store.decide(approval_id, "cancelled", by=None) or await self.store.get(
@@ -193,10 +252,22 @@ class SlackApprovals:
             return ClickResult(message="This approval request no longer exists.")
         if record.state != "pending":
             return ClickResult(message=_already(record))
-        if not await self.approvers.may_decide(user, record.requested_by):
+        if utcnow() >= record.created_at + timedelta(seconds=self.timeout_s):
+            # Its waiting run gives up now (or its process is gone and the request will
+            # be expired): a late click must not approve what nobody waits for.
+            return ClickResult(message="This request has expired; nothing changed.")
+        judge = self.deciders.may_approve if approve else self.deciders.may_deny
+        allowed = await judge(
+            user,
+            requester=record.requested_by,
+            approver_sets=record.approver_sets,
+            self_approval=record.self_approval,
+        )
+        if not allowed:
+            verb = "approve" if approve else "decide"
             return ClickResult(
-                message=f"Only <@{record.requested_by}>, who started this run, or an approver "
-                "can decide this request. It stays open."
+                message=f"You may not {verb} this request. Who may approve it: "
+                f"{self._who_may_decide(record)}. It stays open."
             )
         decided = await self.store.decide(approval_id, "approved" if approve else "denied", by=user)
         if decided is None:

@@ -9,10 +9,10 @@ from typing import Any
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from slack_sdk.errors import SlackApiError
 
+from bot.access.deciders import Deciders
 from bot.app import Baton
 from bot.slack.approval_views import APPROVE, DENY, SHOW_ARGUMENTS
 from bot.slack.approvals import SlackApprovals, approval_value
-from bot.slack.approvers import Approvers
 from bot.slack.blocks import (
     CANCEL_RUN,
     CANCEL_TASK,
@@ -39,13 +39,13 @@ class Listeners:
         self,
         baton: Baton,
         threads: SlackThreads,
-        approvers: Approvers,
+        deciders: Deciders,
         approvals: SlackApprovals,
     ) -> None:
         self.baton = baton
         self.threads = threads
         self.client = threads.client
-        self.approvers = approvers
+        self.deciders = deciders
         self.approvals = approvals
 
     def register(self, app: AsyncApp) -> None:
@@ -134,7 +134,7 @@ class Listeners:
                     channel, user, f"There is no task `{task_id}` in this channel."
                 )
                 return
-            allowed = await self.approvers.may_decide(user, detail.task.started_by)
+            allowed = await self.deciders.may_cancel(user, detail.task.started_by)
             blocks = task_detail_blocks(
                 self.threads.redacted_detail(detail), now=now, viewer_may_cancel=allowed
             )
@@ -142,7 +142,7 @@ class Listeners:
             return
         tasks = await self.baton.tracker.list(channel_id=channel, limit=PANEL_TASKS)
         running, done = await self.baton.tracker.counts(channel_id=channel)
-        is_approver = await self.approvers.includes(user)
+        is_approver = await self.deciders.is_approver(user)
 
         def viewer_may_cancel(task: TaskRecord) -> bool:
             return is_approver or user == task.started_by
@@ -175,7 +175,7 @@ class Listeners:
                 await self._ephemeral(channel, user, "That run has already finished.")
             return
         started_by = local.user_id if local else record.user_id  # type: ignore[union-attr]
-        if not await self.approvers.may_decide(user, started_by):
+        if not await self.deciders.may_cancel(user, started_by):
             if channel:
                 await self._ephemeral(
                     channel,
@@ -228,7 +228,7 @@ class Listeners:
         detail = await self.baton.tracker.get(task_id)
         if detail is None or channel is None or detail.task.channel_id != channel:
             return
-        if not await self.approvers.may_decide(user, detail.task.started_by):
+        if not await self.deciders.may_cancel(user, detail.task.started_by):
             await self._ephemeral(
                 channel, user, "Only the person who started this task or an approver can cancel it."
             )

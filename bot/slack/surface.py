@@ -15,10 +15,11 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access.deciders import Deciders
 from bot.app import Baton
 from bot.config import Settings
 from bot.slack.approvals import POLL_S, SlackApprovals
-from bot.slack.approvers import Approvers
+from bot.slack.directory import SlackDirectory
 from bot.slack.listeners import Listeners
 from bot.slack.threads import SlackThreads
 from bot.store.approvals import ApprovalStore
@@ -55,17 +56,22 @@ class SlackSurface:
             # Socket Mode messages are not signed; HTTP requests always are checked.
             request_verification_enabled=not settings.socket_mode,
         )
-        self.approvers = Approvers(self.client, settings.approvers)
+        self.directory = SlackDirectory(self.client)
+        self.deciders = Deciders(
+            self.directory, settings.approvers, self_approval=settings.self_approval
+        )
         self.approvals = SlackApprovals(
             store=ApprovalStore(baton.database),
             client=self.client,
-            approvers=self.approvers,
+            deciders=self.deciders,
             instances=baton.instances,
             timeout_s=settings.approval_timeout_s,
+            self_approval=settings.self_approval,
+            task_log=baton.tracker.append_log,
             poll_s=approval_poll_s,
         )
         self.threads = SlackThreads(baton, self.client, self.approvals)
-        Listeners(baton, self.threads, self.approvers, self.approvals).register(self.app)
+        Listeners(baton, self.threads, self.deciders, self.approvals).register(self.app)
         self._maintenance: asyncio.Task[None] | None = None
 
     def _authorizer(self) -> Callable[..., Awaitable[AuthorizeResult]]:
