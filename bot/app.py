@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,18 +13,16 @@ from sqlalchemy.engine import URL
 from bot.config import Settings
 from bot.engine import Hook, LLMClient
 from bot.errors import ConfigError
-from bot.permissions.danger import find_path_danger
 from bot.permissions.hook import PermissionHook
-from bot.permissions.rules import PermissionRules
 from bot.redaction import Redactor
-from bot.sandbox import Sandbox, SandboxPolicy, sqlite_companions
-from bot.sessions import Conversations, MainAgent, main_system_prompt
+from bot.sandbox import Sandbox, sqlite_companions
+from bot.sessions import Conversations
+from bot.sites import SharedParts, Site, agent_roots, build_site, site_directories
 from bot.store import Database, EventLedger, SessionStore
 from bot.store.instances import HEARTBEAT_EVERY_S, Instances
 from bot.store.tasks import TaskStore
 from bot.subagents import BUILTIN_AGENTS, AgentRegistry, SubAgentRunner, TaskTracker
-from bot.tools import ToolRegistry, Workspace, build_workspace_tools
-from bot.tools.workspace import PROTECTED_DIR
+from bot.tools import ToolRegistry, Workspace
 
 logger = logging.getLogger(__name__)
 
@@ -34,40 +31,94 @@ LLM_TIMEOUT_S = 300.0
 
 @dataclass(slots=True, kw_only=True)
 class Baton:
-    """Everything a surface (Slack, terminal) needs, built once."""
+    """Everything a surface (Slack, terminal) needs, built once.
+
+    The parts that work in a directory (tools, sandbox, agents, runs) come in sites:
+    `site_for(channel)` is the one a channel works in. `workspace`, `tools`,
+    `conversations` and their kin are the default site's, for the surfaces that have
+    no channel (the terminal chat, `baton agents`).
+    """
 
     settings: Settings
     model: str
     database: Database
     openai_client: openai.AsyncOpenAI
     llm: LLMClient
-    workspace: Workspace
-    tools: ToolRegistry
-    permissions: PermissionHook
-    hooks: list[Hook]
-    sandbox: Sandbox
+    default_site: Site
+    # Channel id -> the site of the directory `workspaces:` maps it to.
+    channel_sites: dict[str, Site]
     # Every error text a surface shows a person passes through it (credentials out).
     redact: Redactor
-    agents: AgentRegistry
     tracker: TaskTracker
-    runner: SubAgentRunner
-    conversations: Conversations
     events: EventLedger
     instances: Instances
     heartbeat: asyncio.Task[None] | None = None
 
+    def site_for(self, channel_id: str | None) -> Site:
+        """The site a channel works in: its mapped directory's, else the default one."""
+        if channel_id is None:
+            return self.default_site
+        return self.channel_sites.get(channel_id, self.default_site)
+
+    @property
+    def sites(self) -> tuple[Site, ...]:
+        """Every site once, the default first."""
+        by_root = {self.default_site.root: self.default_site}
+        for site in self.channel_sites.values():
+            by_root.setdefault(site.root, site)
+        return tuple(by_root.values())
+
+    @property
+    def workspace(self) -> Workspace:
+        return self.default_site.workspace
+
+    @property
+    def tools(self) -> ToolRegistry:
+        return self.default_site.tools
+
+    @property
+    def permissions(self) -> PermissionHook:
+        return self.default_site.permissions
+
+    @property
+    def hooks(self) -> tuple[Hook, ...]:
+        return self.default_site.hooks
+
+    @property
+    def sandbox(self) -> Sandbox:
+        return self.default_site.sandbox
+
+    @property
+    def agents(self) -> AgentRegistry:
+        return self.default_site.agents
+
+    @property
+    def runner(self) -> SubAgentRunner:
+        return self.default_site.runner
+
+    @property
+    def conversations(self) -> Conversations:
+        return self.default_site.conversations
+
     @property
     def sandboxed(self) -> bool:
-        """Whether every `bash` call runs inside the OS sandbox."""
-        return self.sandbox.available
+        """Whether every `bash` call, in every site, runs inside the OS sandbox."""
+        return all(site.sandbox.available for site in self.sites)
 
     @property
     def sandbox_notice(self) -> str | None:
         """What people must know when commands cannot be contained; None when they can."""
-        if self.sandbox.available:
+        unsandboxed = [site for site in self.sites if not site.sandbox.available]
+        if not unsandboxed:
             return None
+        reasons = "; ".join(dict.fromkeys(str(site.sandbox.reason) for site in unsandboxed))
+        if len(self.sites) == 1:
+            where, there = "", ""
+        else:
+            where = " in " + ", ".join(str(site.root) for site in unsandboxed)
+            there = " there"
         return (
-            f"Commands run unsandboxed: {self.sandbox.reason}. Every bash call asks a "
+            f"Commands run unsandboxed{where}: {reasons}. Every bash call{there} asks a "
             "person first, whatever the rules allow."
         )
 
@@ -100,10 +151,12 @@ def sqlite_files(url: URL) -> list[Path]:
     return list(sqlite_companions(Path(url.database).expanduser().resolve()))
 
 
-def build_agent_registry(settings: Settings) -> AgentRegistry:
-    """Agent files from `<workspace>/.baton/agents`, then `agent_dirs`, then built-ins."""
-    roots = [settings.workspace / PROTECTED_DIR / "agents", *settings.agent_dirs]
-    return AgentRegistry(roots, BUILTIN_AGENTS)
+def build_agent_registry(settings: Settings, workspace: Path | None = None) -> AgentRegistry:
+    """Agent files from `<workspace>/.baton/agents`, then `agent_dirs`, then built-ins.
+
+    `workspace` is a site's directory; the default workspace when not given.
+    """
+    return AgentRegistry(agent_roots(settings, workspace or settings.workspace), BUILTIN_AGENTS)
 
 
 async def build_baton(settings: Settings) -> Baton:
@@ -115,28 +168,6 @@ async def build_baton(settings: Settings) -> Baton:
             "(any model name your OpenAI-compatible server knows)"
         )
     database = Database(settings.database_url)
-    database_files = sqlite_files(database.engine.url)
-    config = [settings.config_path] if settings.config_path else []
-    # Baton's database and configuration are out of every tool's reach: the file tools
-    # refuse them by identity, the sandbox hides them.
-    policy = SandboxPolicy.for_workspace(
-        settings.workspace,
-        masked=config,
-        databases=database_files[:1],
-        network=settings.sandbox.network,
-    )
-    sandbox = await Sandbox.probe(policy)
-    if not sandbox.available:
-        logger.warning(
-            "no OS sandbox for commands (%s): every bash call will ask a person", sandbox.reason
-        )
-    workspace = Workspace(
-        settings.workspace,
-        protected_files=config,
-        private_files=[*database_files, *config],
-        # What the file tools create belongs to whom the commands run as.
-        owner=sandbox.run_as,
-    )
     openai_client = openai.AsyncOpenAI(
         # A local OpenAI-compatible server often needs no key; the client insists on one.
         api_key=settings.openai_api_key or "not-needed",
@@ -146,63 +177,41 @@ async def build_baton(settings: Settings) -> Baton:
     await database.create_schema()
     instances = Instances(database)
     await instances.register()
-    tools = build_workspace_tools(
-        workspace,
-        environment=os.environ,
-        is_secret=lambda path: find_path_danger(path) is not None,
-        sandbox=sandbox,
-        policy=policy,
-    )
-    permissions = PermissionHook(
-        PermissionRules.parse(
-            allow=settings.permissions.allow,
-            ask=settings.permissions.ask,
-            deny=settings.permissions.deny,
-        ),
-        workspace,
-        sandboxed=sandbox.available,
-    )
-    hooks: list[Hook] = [permissions]
     llm = LLMClient(openai_client)
-    agents = build_agent_registry(settings)
     tracker = TaskTracker(TaskStore(database), instances)
-    runner = SubAgentRunner(
-        llm=llm,
-        tracker=tracker,
-        hooks=hooks,
-        workspace=workspace.root,
-        skills_dir=workspace.protected_dir / "skills",
-        default_max_turns=settings.max_turns,
-        max_background_tasks=settings.max_background_tasks,
-    )
-    main_agent = MainAgent(
-        llm=llm,
+    shared = SharedParts(
+        settings=settings,
         model=model,
-        tools=tools,
-        hooks=hooks,
-        system_prompt=main_system_prompt(workspace.root),
-        max_turns=settings.max_turns,
-        registry=agents,
-        runner=runner,
+        llm=llm,
+        store=SessionStore(database),
+        tracker=tracker,
+        database_files=sqlite_files(database.engine.url),
+        config_files=[settings.config_path] if settings.config_path else [],
     )
+    directories = site_directories(settings)
+    try:
+        # Each site is probed on its own: whom commands run as depends on its owner.
+        built = await asyncio.gather(
+            *(build_site(d, shared, others=[o for o in directories if o != d]) for d in directories)
+        )
+    except BaseException:
+        await openai_client.close()
+        await database.close()
+        raise
+    by_directory = dict(zip(directories, built, strict=True))
     return Baton(
         settings=settings,
         model=model,
         database=database,
         openai_client=openai_client,
         llm=llm,
-        workspace=workspace,
-        tools=tools,
-        permissions=permissions,
-        hooks=hooks,
-        sandbox=sandbox,
+        default_site=by_directory[settings.workspace.resolve()],
+        channel_sites={
+            channel: by_directory[directory.resolve()]
+            for channel, directory in settings.workspaces.items()
+        },
         redact=Redactor(settings.secret_values),
-        agents=agents,
         tracker=tracker,
-        runner=runner,
-        conversations=Conversations(
-            store=SessionStore(database), main_agent=main_agent, tracker=tracker
-        ),
         events=EventLedger(database),
         instances=instances,
     )

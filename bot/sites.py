@@ -1,0 +1,169 @@
+"""Sites: everything Baton builds per workspace directory (tools, sandbox, agents, runs).
+
+The default workspace is one site; each directory `workspaces:` maps channels to is
+another (channels sharing a directory share its site). What does not depend on the
+directory (database, sessions, task tracker, LLM client) is shared by all sites and
+handed in by the composition root, `bot.app`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.config import Settings
+from bot.engine import Hook, LLMClient
+from bot.permissions.danger import find_path_danger
+from bot.permissions.hook import PermissionHook
+from bot.permissions.rules import PermissionRules
+from bot.sandbox import Sandbox, SandboxPolicy
+from bot.sessions import Conversations, MainAgent, main_system_prompt
+from bot.store import SessionStore
+from bot.subagents import BUILTIN_AGENTS, AgentRegistry, SubAgentRunner, TaskTracker
+from bot.tools import ToolRegistry, Workspace, build_workspace_tools
+from bot.tools.workspace import PROTECTED_DIR
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Site:
+    """One workspace directory and every part that works in it.
+
+    Attributes:
+        workspace: The directory the file tools are confined to.
+        tools: The built-in tools working there (bash in `sandbox` under `policy`).
+        permissions: The permission hook for this workspace's protected files.
+        hooks: The hook chain every tool call of this site passes (permissions first).
+        sandbox: The OS sandbox, probed for this directory (its owner decides `run_as`).
+        policy: What a command may touch: this directory, with Baton's files and every
+            other site's directory masked.
+        agents: Agent files from `<dir>/.baton/agents`, then `agent_dirs`, then built-ins.
+        runner: Runs this site's sub-agents in this directory.
+        main_agent: The main agent, with this site's tools and agents.
+        conversations: Turns of the sessions whose channel works here.
+    """
+
+    workspace: Workspace
+    tools: ToolRegistry
+    permissions: PermissionHook
+    hooks: tuple[Hook, ...]
+    sandbox: Sandbox
+    policy: SandboxPolicy
+    agents: AgentRegistry
+    runner: SubAgentRunner
+    main_agent: MainAgent
+    conversations: Conversations
+
+    @property
+    def root(self) -> Path:
+        """The site's directory, resolved."""
+        return self.workspace.root
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SharedParts:
+    """What every site uses alike, built once by the composition root."""
+
+    settings: Settings
+    model: str
+    llm: LLMClient
+    store: SessionStore
+    tracker: TaskTracker
+    # Baton's database files and config file: masked in the sandbox, refused by the tools.
+    database_files: Sequence[Path]
+    config_files: Sequence[Path]
+
+
+def agent_roots(settings: Settings, directory: Path) -> list[Path]:
+    """Where a site's agents come from: `<dir>/.baton/agents`, then `agent_dirs`."""
+    return [directory / PROTECTED_DIR / "agents", *settings.agent_dirs]
+
+
+def site_directories(settings: Settings) -> list[Path]:
+    """The default workspace, then each distinct directory a channel is mapped to (resolved)."""
+    given = [settings.workspace, *settings.workspaces.values()]
+    return list(dict.fromkeys(path.resolve() for path in given))
+
+
+async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[Path]) -> Site:
+    """Build the parts working in `directory`; `others` are the other sites' directories."""
+    settings = shared.settings
+    config = list(shared.config_files)
+    # Baton's database and configuration, and every other site's files, are out of
+    # this site's reach: the file tools are confined to `directory` and refuse Baton's
+    # files by identity; the sandbox hides them wherever they would be visible.
+    policy = SandboxPolicy.for_workspace(
+        directory,
+        masked=[*config, *others],
+        databases=list(shared.database_files)[:1],
+        network=settings.sandbox.network,
+    )
+    sandbox = await Sandbox.probe(policy)
+    if not sandbox.available:
+        logger.warning(
+            "no OS sandbox for commands in %s (%s): every bash call there will ask a person",
+            directory,
+            sandbox.reason,
+        )
+    workspace = Workspace(
+        directory,
+        protected_files=config,
+        private_files=[*shared.database_files, *config],
+        # What the file tools create belongs to whom the commands run as.
+        owner=sandbox.run_as,
+    )
+    tools = build_workspace_tools(
+        workspace,
+        environment=os.environ,
+        is_secret=lambda path: find_path_danger(path) is not None,
+        sandbox=sandbox,
+        policy=policy,
+    )
+    permissions = PermissionHook(
+        PermissionRules.parse(
+            allow=settings.permissions.allow,
+            ask=settings.permissions.ask_rules(),
+            deny=settings.permissions.deny,
+        ),
+        workspace,
+        sandboxed=sandbox.available,
+    )
+    hooks: tuple[Hook, ...] = (permissions,)
+    agents = AgentRegistry(agent_roots(settings, workspace.root), BUILTIN_AGENTS)
+    runner = SubAgentRunner(
+        llm=shared.llm,
+        tracker=shared.tracker,
+        hooks=hooks,
+        workspace=workspace.root,
+        skills_dir=workspace.protected_dir / "skills",
+        default_max_turns=settings.max_turns,
+        max_background_tasks=settings.max_background_tasks,
+    )
+    main_agent = MainAgent(
+        llm=shared.llm,
+        model=shared.model,
+        tools=tools,
+        hooks=hooks,
+        system_prompt=main_system_prompt(workspace.root),
+        max_turns=settings.max_turns,
+        registry=agents,
+        runner=runner,
+    )
+    return Site(
+        workspace=workspace,
+        tools=tools,
+        permissions=permissions,
+        hooks=hooks,
+        sandbox=sandbox,
+        policy=policy,
+        agents=agents,
+        runner=runner,
+        main_agent=main_agent,
+        conversations=Conversations(
+            store=shared.store, main_agent=main_agent, tracker=shared.tracker
+        ),
+    )
