@@ -318,3 +318,98 @@ def test_an_allowed_command_naming_a_hard_linked_file_asks(
     assert decide("cat linked.txt").action == "ask"
     assert "hard links" in decide("cat plain.txt linked.txt").reason
     assert decide("cat plain.txt").action == "allow"
+
+
+# ------------------------------------------------------------- approver sets
+
+PLATFORM = "S0PLATFORM"
+RELEASE = "URELEASE"
+
+
+def approver_rules(**extra: list[str]) -> PermissionRules:
+    """`bash(git push*)` decided by the platform group; `bash(npm publish*)` by release."""
+    return PermissionRules.parse(
+        allow=["bash(git status*)", "bash(cat *)", "write_file", *extra.get("allow", [])],
+        ask=[
+            "bash",
+            PermissionRules.parse(ask=["bash(git push*)"]).ask[0].with_approvers([PLATFORM]),
+            PermissionRules.parse(ask=["bash(npm publish*)"]).ask[0].with_approvers([RELEASE]),
+            PermissionRules.parse(ask=["write_file(deploy/**)"]).ask[0].with_approvers([PLATFORM]),
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "sets"),
+    [
+        # a matching rule with approvers: its set
+        ("bash", '{"command": "git push origin main"}', ((PLATFORM,),)),
+        ("bash", '{"command": "/usr/bin/git push"}', ((PLATFORM,),)),
+        ("bash", '{"command": "env git push"}', ((PLATFORM,),)),
+        ("write_file", '{"path": "deploy/prod.yaml", "content": ""}', ((PLATFORM,),)),
+        ("write_file", '{"path": "src/../deploy/prod.yaml", "content": ""}', ((PLATFORM,),)),
+        # a plain string rule: the usual deciders
+        ("bash", '{"command": "pytest -q"}', ()),
+        # several parts: every matching part's set (the strictest)
+        ("bash", '{"command": "git status && git push"}', ((PLATFORM,),)),
+        ("bash", '{"command": "git push; npm publish"}', ((PLATFORM,), (RELEASE,))),
+        ("bash", '{"command": "echo $(git push) | npm publish --tag x"}',
+         ((PLATFORM,), (RELEASE,))),
+        ("bash", '{"command": "bash -c \\"git push\\""}', ((PLATFORM,),)),
+        # a danger pattern asks, and the rule it also matches still decides who
+        ("bash", '{"command": "rm -rf build && git push"}', ((PLATFORM,),)),
+        ("bash", '{"command": "git push && cat ~/.ssh/id_rsa"}', ((PLATFORM,),)),
+    ],
+)  # fmt: skip
+def test_asks_carry_the_approver_sets_of_matching_rules(
+    workspace: Workspace, tool: str, arguments: str, sets: tuple[tuple[str, ...], ...]
+) -> None:
+    decision = check(PermissionHook(approver_rules(), workspace), workspace, tool, arguments)
+    assert decision.action == "ask"
+    assert decision.approver_sets == sets
+
+
+def test_a_danger_ask_names_its_danger_but_keeps_the_rule_set(workspace: Workspace) -> None:
+    hook = PermissionHook(approver_rules(), workspace)
+    decision = check(hook, workspace, "bash", '{"command": "git push && rm -rf /"}')
+    assert decision.action == "ask" and "delete" in decision.reason.lower()
+    assert decision.approver_sets == ((PLATFORM,),)
+
+
+def test_unsandboxed_asks_keep_the_rule_set(workspace: Workspace) -> None:
+    hook = PermissionHook(approver_rules(), workspace, sandboxed=False)
+    pushed = check(hook, workspace, "bash", '{"command": "git push"}')
+    assert pushed.action == "ask" and "unsandboxed" in pushed.reason
+    assert pushed.approver_sets == ((PLATFORM,),)
+    status = check(hook, workspace, "bash", '{"command": "git status"}')
+    assert status.action == "ask" and status.approver_sets == ()
+
+
+def test_a_secret_path_ask_keeps_the_rule_set(workspace: Workspace) -> None:
+    rules = PermissionRules.parse(
+        allow=["read_file"],
+        ask=[PermissionRules.parse(ask=["read_file(**/.aws/**)"]).ask[0].with_approvers([RELEASE])],
+    )
+    arguments = '{"path": "home/.aws/credentials"}'
+    decision = check(PermissionHook(rules, workspace), workspace, "read_file", arguments)
+    assert decision.action == "ask" and decision.approver_sets == ((RELEASE,),)
+
+
+def test_allowed_and_denied_calls_carry_no_sets(workspace: Workspace) -> None:
+    rules = approver_rules()
+    hook = PermissionHook(
+        PermissionRules(allow=rules.allow, ask=rules.ask, deny=PermissionRules.parse(
+            deny=["bash(git push --force*)"]).deny),
+        workspace,
+    )  # fmt: skip
+    allowed = check(hook, workspace, "bash", '{"command": "git status"}')
+    assert allowed.action == "allow" and allowed.approver_sets == ()
+    denied = check(hook, workspace, "bash", '{"command": "git push --force"}')
+    assert denied.action == "deny" and denied.approver_sets == ()
+
+
+def test_rules_without_approvers_keep_asks_open_to_the_usual_deciders(workspace: Workspace) -> None:
+    hook = PermissionHook(DESIGN_RULES, workspace)
+    for command in ("git push", "rm -rf build", "pytest"):
+        decision = check(hook, workspace, "bash", json.dumps({"command": command}))
+        assert decision.action == "ask" and decision.approver_sets == ()
