@@ -1,0 +1,200 @@
+"""Concurrent-run caps (`limits.runs_per_user`, `limits.runs`) with a visible queue.
+
+A run over a cap is not refused: the caller records it ``queued`` and awaits
+`Admission.wait`, which returns once the run is ``running``. Counts come from the
+database, so the caps hold for the whole deployment, every replica included.
+
+Order is first come, first served among the runs that could start: a queued run
+whose own person is at ``runs_per_user`` does not hold up other people's runs
+behind it, and it keeps its place for when one of that person's runs ends.
+Runs (running or queued) of processes that are no longer alive count for nothing.
+
+Only the waiter admits its own run, inside one serialised admission step
+(`RunStore.admitting`: a PostgreSQL advisory lock across replicas, an asyncio lock
+for SQLite's single process), so two processes can never both take the last slot.
+A slot freed in this process wakes its waiters at once (`Admission.release`);
+slots freed elsewhere are seen by polling every ``poll_s`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from bot.config import LimitsConfig
+from bot.errors import BatonError
+from bot.store.instances import Instances
+from bot.store.runs import QUEUED, RUNNING, RunRecord, RunStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueuePosition:
+    """Where a waiting run stands.
+
+    Attributes:
+        ahead: Queued runs that will start before this one: the earlier queued runs
+            whose own person is not at ``runs_per_user``. Runs already running are
+            not counted. It can be 0 while the run still waits: see ``reason``.
+        reason: What holds the run back now. ``"user"``: the person who started it
+            has ``runs_per_user`` runs going (or about to, from earlier in the
+            queue), so it starts when one of them ends. ``"deployment"``: the
+            deployment has ``runs`` runs going, with ``ahead`` queued runs first.
+    """
+
+    ahead: int
+    reason: Literal["deployment", "user"]
+
+
+class RunNotQueued(BatonError):
+    """A waiting run was finished, or vanished, before it could be admitted."""
+
+    def __init__(self, run_id: str, state: str | None) -> None:
+        super().__init__(f"run {run_id} is {state or 'gone'}, no longer queued")
+        self.run_id = run_id
+        self.state = state
+
+
+def place_in_queue(
+    run_id: str,
+    user_id: str,
+    *,
+    running: Mapping[str, int],
+    queued: Sequence[RunRecord],
+    limits: LimitsConfig,
+) -> QueuePosition | None:
+    """Where `run_id` stands in `queued` (FIFO); None when it may start now.
+
+    Args:
+        run_id: The run asking; it must be in `queued`.
+        user_id: The person who started it.
+        running: Running runs of live owners, per person who started them.
+        queued: Queued runs of live owners, first come first.
+        limits: The caps; 0 is no cap.
+    """
+    per_user = dict(running)
+    ahead = 0
+    for run in queued:
+        if run.id == run_id:
+            break
+        if limits.runs_per_user and per_user.get(run.user_id, 0) >= limits.runs_per_user:
+            continue  # waits for its own person's runs; does not block the queue
+        per_user[run.user_id] = per_user.get(run.user_id, 0) + 1
+        ahead += 1
+    else:
+        raise ValueError(f"run {run_id} is not queued")
+    if limits.runs_per_user and per_user.get(user_id, 0) >= limits.runs_per_user:
+        return QueuePosition(ahead=ahead, reason="user")
+    if limits.runs and sum(running.values()) + ahead >= limits.runs:
+        return QueuePosition(ahead=ahead, reason="deployment")
+    return None
+
+
+class Admission:
+    """Lets queued runs start when the caps allow, in order, across replicas.
+
+    One per process, built with this process's `Instances`: a run's owner must be
+    ``instances.id``. With both caps 0, `wait` admits at once without queueing.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        instances: Instances,
+        limits: LimitsConfig,
+        *,
+        poll_s: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.instances = instances
+        self.limits = limits
+        self.poll_s = poll_s
+        self._released = asyncio.Event()
+        self._waiting: set[str] = set()
+
+    @property
+    def unlimited(self) -> bool:
+        """No cap is set: runs may be recorded ``running`` and need no `wait`."""
+        return not self.limits.runs_per_user and not self.limits.runs
+
+    @property
+    def waiting(self) -> frozenset[str]:
+        """Ids of the runs of this process waiting in `wait` right now."""
+        return frozenset(self._waiting)
+
+    def release(self) -> None:
+        """A run of this process ended (call it after `RunStore.finish`): wake the waiters."""
+        released, self._released = self._released, asyncio.Event()
+        released.set()
+
+    async def wait(
+        self,
+        run_id: str,
+        user_id: str,
+        *,
+        on_queued: Callable[[QueuePosition], Awaitable[None]] | None = None,
+    ) -> None:
+        """Return once the run, recorded ``queued``, has been admitted (now ``running``).
+
+        While it must wait, `on_queued` is told its position first and again
+        whenever the position changes (a failing `on_queued` is logged, the wait
+        goes on). Cancelling the awaiting task leaves no waiter behind; the run
+        stays ``queued`` in the database, so the caller must then finish it (and a
+        cancel request from another replica reaches the owner through
+        `RunStore.cancel_requests`, queued runs included).
+
+        Raises:
+            RunNotQueued: The run was finished or removed while it waited.
+        """
+        if self.unlimited:
+            # Nothing to count: one update (a no-op if it was recorded running).
+            await self.store.admit(run_id)
+            return
+        self._waiting.add(run_id)
+        try:
+            told: QueuePosition | None = None
+            while True:
+                # Take the event before looking, so a release during the look wakes us.
+                released = self._released
+                position = await self._try_admit(run_id, user_id)
+                if position is None:
+                    return
+                if on_queued is not None and position != told:
+                    told = position
+                    try:
+                        await on_queued(position)
+                    except Exception:
+                        logger.exception("could not show the queue position of run %s", run_id)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll_s):
+                        await released.wait()
+        finally:
+            self._waiting.discard(run_id)
+
+    async def _try_admit(self, run_id: str, user_id: str) -> QueuePosition | None:
+        """Admit the run if the caps allow now; else where it stands. None: admitted."""
+        alive = await self.instances.alive()
+        async with self.store.admitting() as view:
+            queued = await view.queued(alive=alive)
+            if any(run.id == run_id for run in queued):
+                running = await view.running_by_user(alive=alive)
+                position = place_in_queue(
+                    run_id, user_id, running=running, queued=queued, limits=self.limits
+                )
+                if position is not None:
+                    return position
+                if await view.admit(run_id):
+                    return None
+        # Not queued (any more): admitted some other way, or finished while waiting.
+        record = await self.store.get(run_id)
+        if record is not None and record.state == RUNNING:
+            return None
+        state = record.state if record is not None else None
+        if state == QUEUED:
+            state = "queued by an owner that is not alive"
+        raise RunNotQueued(run_id, state)
