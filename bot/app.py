@@ -111,14 +111,12 @@ class Baton:
         unsandboxed = [site for site in self.sites if not site.sandbox.available]
         if not unsandboxed:
             return None
-        reasons = "; ".join(dict.fromkeys(str(site.sandbox.reason) for site in unsandboxed))
         if len(self.sites) == 1:
-            where, there = "", ""
-        else:
-            where = " in " + ", ".join(str(site.root) for site in unsandboxed)
-            there = " there"
+            return self.default_site.sandbox_notice
+        where = ", ".join(str(site.root) for site in unsandboxed)
+        reasons = "; ".join(dict.fromkeys(str(site.sandbox.reason) for site in unsandboxed))
         return (
-            f"Commands run unsandboxed{where}: {reasons}. Every bash call{there} asks a "
+            f"Commands run unsandboxed in {where}: {reasons}. Every bash call there asks a "
             "person first, whatever the rules allow."
         )
 

@@ -72,6 +72,8 @@ class TerminalChat:
 
     def __init__(self, baton: Baton, key: SessionKey, *, stdin: TextIO, stdout: TextIO) -> None:
         self.baton = baton
+        # The terminal has no channel: it works in the default workspace.
+        self.site = baton.default_site
         self.key = key
         # Error texts quote database URLs, SQL parameters and headers: never shown whole.
         self.redact = baton.redact
@@ -93,18 +95,18 @@ class TerminalChat:
 
     async def loop(self) -> None:
         self.reader = _LineReader(self.stdin, asyncio.get_running_loop())
-        self.session_id = (await self.baton.conversations.store.get_or_create(self.key)).id
+        self.session_id = (await self.site.conversations.store.get_or_create(self.key)).id
         self.baton.tracker.on_finish(self.notify_finished)
         self.baton.start_heartbeat()
         await self.baton.tracker.recover()
-        history = await self.baton.conversations.history(self.key)
+        history = await self.site.conversations.history(self.key)
         resumed = f", {len(history)} earlier messages" if history else ""
         self.line(
             f"Baton chat · session {self.key.name!r}{resumed} · model {self.baton.model} · "
-            f"workspace {self.baton.workspace.root}\n/help for commands, Ctrl-D to leave."
+            f"workspace {self.site.root}\n/help for commands, Ctrl-D to leave."
         )
-        if self.baton.sandbox_notice:
-            self.line(f"⚠ {self.baton.sandbox_notice}")
+        if self.site.sandbox_notice:
+            self.line(f"⚠ {self.site.sandbox_notice}")
         while True:
             self.write("> ")
             text = await self.reader.next()
@@ -149,7 +151,7 @@ class TerminalChat:
                 loop.remove_signal_handler(signal.SIGINT)
 
     async def _consume(self, text: str) -> None:
-        async for event in self.baton.conversations.run_turn(
+        async for event in self.site.conversations.run_turn(
             self.key, text, approval=self._approve, progress=self._show_child
         ):
             self._show(event)
@@ -159,7 +161,7 @@ class TerminalChat:
             self.line(f"Write the task after the name: @{name or 'explore'} what to do")
             return
         try:
-            outcome = await self.baton.conversations.run_agent(
+            outcome = await self.site.conversations.run_agent(
                 self.key, name, text, approval=self._approve, progress=self._show_child
             )
         except UnknownAgentError as exc:
@@ -198,7 +200,7 @@ class TerminalChat:
         )
 
     def _show_agents(self) -> None:
-        for definition in self.baton.agents.definitions():
+        for definition in self.site.agents.definitions():
             self.line(f"  {definition.name}: {definition.description}")
 
     async def _show_tasks(self, task_id: str) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from bot.config import Settings, load_settings
 from bot.errors import BatonError
@@ -63,12 +64,37 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def render_agents(settings: Settings) -> str:
-    """The `baton agents` report: every agent with its effective tools, then problems."""
+    """The `baton agents` report: every agent with its effective tools, then problems.
+
+    When `workspaces:` maps channels to directories of their own, each directory has
+    its own `.baton/agents`, so the report has one section per workspace.
+    """
+    from bot.sites import site_directories
+
+    directories = site_directories(settings)
+    if len(directories) == 1:
+        return _render_workspace_agents(settings, directories[0])
+    sections = []
+    for directory in directories:
+        channels = [c for c, d in settings.workspaces.items() if d.resolve() == directory]
+        if directory == settings.workspace.resolve():
+            used_by = "default: unmapped channels, DMs and the terminal"
+            if channels:
+                used_by += ", " + ", ".join(channels)
+        else:
+            used_by = "channels " + ", ".join(channels)
+        sections.append(
+            f"Workspace {directory} ({used_by})\n" + _render_workspace_agents(settings, directory)
+        )
+    return "\n".join(sections)
+
+
+def _render_workspace_agents(settings: Settings, directory: Path) -> str:
     from bot.app import build_agent_registry
     from bot.tools import Workspace, build_workspace_tools
 
-    registry = build_agent_registry(settings)
-    tools = build_workspace_tools(Workspace(settings.workspace), environment={})
+    registry = build_agent_registry(settings, directory)
+    tools = build_workspace_tools(Workspace(directory), environment={})
     rows = [("NAME", "SOURCE", "TOOLS", "MODEL", "MAX TURNS")]
     for definition in registry.definitions():
         shown = ", ".join(definition.resolve_tools(tools).names()) or "none"

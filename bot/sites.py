@@ -63,6 +63,16 @@ class Site:
         """The site's directory, resolved."""
         return self.workspace.root
 
+    @property
+    def sandbox_notice(self) -> str | None:
+        """What people working here must know when commands cannot be contained."""
+        if self.sandbox.available:
+            return None
+        return (
+            f"Commands run unsandboxed: {self.sandbox.reason}. Every bash call asks a "
+            "person first, whatever the rules allow."
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SharedParts:
