@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from bot.slack.approval_views import arguments_modal, outcome_message, request_message
+from bot.slack.approval_views import (
+    arguments_modal,
+    decision_log_line,
+    outcome_message,
+    recent_decisions_blocks,
+    request_message,
+)
 from bot.store.approvals import ApprovalRecord
 
 
@@ -113,3 +119,58 @@ def test_the_modal_pages_hold_every_character() -> None:
     assert page > 0
     for n in (0, 12_345, 39_999):
         assert f"line {n:05d}" in joined
+
+
+def test_the_request_says_who_may_decide() -> None:
+    _, blocks = request_message(
+        record({"command": "ls"}), timeout_s=60, who_may_decide="anyone in <!subteam^S1>"
+    )
+    assert "*Who may decide:* anyone in <!subteam^S1>" in texts(blocks)
+    _, without = request_message(record({"command": "ls"}), timeout_s=60)
+    assert not any("Who may decide" in text for text in texts(without))
+
+
+def test_the_outcome_says_who_and_when_to_the_second() -> None:
+    decided = datetime(2026, 5, 4, 14, 3, 12, tzinfo=UTC)
+    done = record({"command": "ls"}, state="approved", decided_by="U9", decided_at=decided)
+    text, _ = outcome_message(done, timeout_s=60)
+    assert "✓ Approved by <@U9> at <!date^" in text and "2026-05-04 14:03:12 UTC" in text
+
+
+@pytest.mark.parametrize(
+    ("state", "by", "expected"),
+    [
+        ("approved", "U1", "✓ Approved by <@U1> at 14:03:12 UTC: bash · ap-1"),
+        ("denied", "U2", "✗ Denied by <@U2> at 14:03:12 UTC: bash · ap-1"),
+        ("expired", None, "⌛ Expired at 14:03:12 UTC (nobody decided within 30 s): bash · ap-1"),
+    ],
+)
+def test_task_log_lines(state: str, by: str | None, expected: str) -> None:
+    decided = datetime(2026, 5, 4, 14, 3, 12, tzinfo=UTC)
+    done = record(
+        {"command": "ls"}, state=state, decided_by=by, decided_at=decided, task_id="task-x-1"
+    )
+    assert decision_log_line(done, timeout_s=30) == expected
+
+
+def test_recent_decisions_list() -> None:
+    decided = datetime(2026, 5, 4, 14, 3, 12, tzinfo=UTC)
+    records = [
+        record({"command": "echo <!channel> `x` xoxb-secret"}, id="ap-2", state="denied",
+               decided_by="U2", decided_at=decided, agent="reviewer", task_id="task-reviewer-1"),
+        record({"command": "ls"}, state="approved", decided_by="U1", decided_at=decided),
+    ]  # fmt: skip
+    blocks = recent_decisions_blocks(
+        records, timeout_s=30, redact=lambda text: text.replace("xoxb-secret", "[redacted]")
+    )
+    shown = texts(blocks)
+    assert shown[0] == "*Recent decisions*"
+    assert "✗ Denied by <@U2>" in shown[1] and "reviewer" in shown[1] and "ap-2" in shown[1]
+    assert "&lt;!channel&gt;" in shown[1] and "<!channel>" not in shown[1]
+    assert "xoxb-secret" not in shown[1] and "[redacted]" in shown[1]
+    assert "✓ Approved by <@U1>" in shown[2]
+    # Without a redactor, no arguments are shown at all.
+    assert not any("echo" in text for text in texts(recent_decisions_blocks(records, timeout_s=30)))
+    empty = texts(recent_decisions_blocks([], timeout_s=30))
+    assert len(empty) == 2 and "No approval requests" in empty[1]
+    within_limits(blocks, 50)
