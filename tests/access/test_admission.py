@@ -346,6 +346,34 @@ async def test_two_replicas_never_run_more_than_the_cap(
             await second_db.close()
 
 
+async def test_admission_steps_of_two_replicas_never_overlap(
+    database_url: str, database: Database
+) -> None:
+    second_db = Database(database_url) if database.engine.dialect.name == "postgresql" else database
+    try:
+        first, second = RunStore(database), RunStore(second_db)
+        steps: list[str] = []
+
+        async def other() -> None:
+            async with second.admitting() as view:
+                steps.append("second enters")
+                await view.queued(alive=set())
+
+        async with first.admitting() as view:
+            steps.append("first enters")
+            task = asyncio.create_task(other())
+            await view.queued(alive=set())
+            # Give the other step every chance to barge in; the lock must keep it out.
+            for _ in range(20):
+                await asyncio.sleep(0.005)
+            steps.append("first leaves")
+        await settle(task)
+        assert steps == ["first enters", "first leaves", "second enters"]
+    finally:
+        if second_db is not database:
+            await second_db.close()
+
+
 async def test_without_caps_runs_start_at_once(database: Database, session_id: int) -> None:
     here = await make_replica(database, session_id, "a", runs=0, runs_per_user=0)
     assert here.admission.unlimited
