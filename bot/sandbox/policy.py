@@ -53,7 +53,9 @@ class SandboxPolicy:
         read_only: Paths visible but not writable. Inside the workspace they are also
             kept from being created, renamed or removed.
         masked: Paths replaced by an empty file (or empty directory): Baton's database,
-            and the config file when the operator hides it.
+            the config file when the operator hides it, and the directories of the
+            other workspaces (`workspaces:`). Outside the workspace, only what the
+            sandbox would show (under a system directory such as /opt) needs a mask.
         network: False gives the command a network namespace of its own (loopback
             only, nothing listening); True shares the host's network, loopback
             services included.

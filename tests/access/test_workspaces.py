@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from bot.app import Baton, build_baton
+from bot.cli import render_agents
 from bot.engine import Done
 from bot.errors import ToolError
 from bot.sessions import UnknownAgentError
@@ -328,3 +329,14 @@ async def test_a_direct_agent_run_uses_its_channels_site(
     assert A_TEXT.strip() in fake_llm.requests[1].messages[-1]["content"]
     with pytest.raises(UnknownAgentError):
         await baton.site_for("C_B").conversations.run_agent(thread("C_B"), "alpha", "read")
+
+
+async def test_baton_agents_lists_each_workspaces_agents(baton: Baton, layout: Layout) -> None:
+    report = render_agents(baton.settings)
+    default, site_a, site_b = report.split("Workspace ")[1:]
+    assert default.startswith(f"{baton.settings.workspace} (default: unmapped channels")
+    assert site_a.startswith(f"{layout.a} (channels C_A, C_A2)")
+    assert site_b.startswith(f"{layout.b} (channels C_B)")
+    assert "alpha" in site_a and "alpha" not in site_b and "alpha" not in default
+    assert "beta" in site_b and "beta" not in site_a
+    assert all("explore" in section for section in (default, site_a, site_b))
