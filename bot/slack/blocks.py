@@ -327,6 +327,8 @@ def tasks_panel(
     running: int,
     done: int,
     viewer_may_cancel: Callable[[TaskRecord], bool],
+    usage: str | None = None,
+    extra: Sequence[Block] = (),
 ) -> list[Block]:
     """The ephemeral `/tasks` panel of one channel.
 
@@ -336,11 +338,29 @@ def tasks_panel(
         running: How many of the channel's tasks run.
         done: How many have finished.
         viewer_may_cancel: Whether the person looking may cancel a task.
+        usage: One line of today's token usage (the viewer's and the channel's).
+        extra: Blocks shown after the tasks (recent approval decisions).
 
     Returns:
-        The panel's blocks: counts, then per task a summary and its buttons.
+        The panel's blocks: counts, usage, then per task a summary and its buttons.
     """
     blocks: list[Block] = [_section(f"*{_counts(running, done)}*")]
+    if usage:
+        blocks.append(_context(escape_mrkdwn(_clip(usage, 2_000))))
+    blocks += _tasks_list(tasks, now=now, running=running, done=done, may_cancel=viewer_may_cancel)
+    blocks += extra
+    return blocks[:MESSAGE_BLOCKS_LIMIT]
+
+
+def _tasks_list(
+    tasks: Sequence[TaskRecord],
+    *,
+    now: datetime,
+    running: int,
+    done: int,
+    may_cancel: Callable[[TaskRecord], bool],
+) -> list[Block]:
+    blocks: list[Block] = []
     if not tasks:
         blocks.append(
             _section("No tasks in this channel yet. Mention me in a thread to start one.")
@@ -350,7 +370,7 @@ def tasks_panel(
     for index, task in enumerate(shown):
         blocks.append(_section(_summary(task, now)))
         blocks.append(
-            _task_actions(task, may_cancel=viewer_may_cancel(task), block_id=f"baton_task_{index}")
+            _task_actions(task, may_cancel=may_cancel(task), block_id=f"baton_task_{index}")
         )
     more = max(len(tasks), running + done) - len(shown)
     if more > 0:
@@ -478,11 +498,13 @@ def home_view(
     tasks: Sequence[TaskRecord],
     now: datetime,
     warning: str | None = None,
+    usage: str | None = None,
 ) -> dict[str, Any]:
-    """The App Home tab: task counts and the viewer's recent tasks (or how to start).
+    """The App Home tab: task counts, today's usage and the viewer's recent tasks.
 
     `warning` is something every user should know before giving work (commands running
-    without a sandbox); it stands right under the title.
+    without a sandbox); it stands right under the title. `usage` is one line of the
+    viewer's token usage today.
     """
     blocks: list[Block] = [
         {
@@ -492,8 +514,10 @@ def home_view(
     ]
     if warning:
         blocks.append(_section(f":warning: {escape_mrkdwn(_clip(warning, 2_000))}"))
+    blocks.append(_section(_counts(running, done)))
+    if usage:
+        blocks.append(_context(escape_mrkdwn(_clip(usage, 2_000))))
     blocks += [
-        _section(_counts(running, done)),
         {"type": "divider"},
         _section("*Your recent tasks*"),
     ]

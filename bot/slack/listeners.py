@@ -9,9 +9,10 @@ from typing import Any
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 from slack_sdk.errors import SlackApiError
 
+from bot.access.budgets import describe_usage
 from bot.access.deciders import Deciders
 from bot.app import Baton
-from bot.slack.approval_views import APPROVE, DENY, SHOW_ARGUMENTS
+from bot.slack.approval_views import APPROVE, DENY, SHOW_ARGUMENTS, recent_decisions_blocks
 from bot.slack.approvals import SlackApprovals, approval_value
 from bot.slack.blocks import (
     CANCEL_RUN,
@@ -29,6 +30,7 @@ from bot.store.tasks import TaskRecord
 logger = logging.getLogger(__name__)
 
 PANEL_TASKS = 25
+PANEL_DECISIONS = 5
 HOME_TASKS = 15
 
 
@@ -65,12 +67,18 @@ class Listeners:
 
     async def handle_app_mention(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         self.threads.spawn(
-            self.threads.handle_message(event, team_id=body.get("team_id")), "app_mention"
+            self.threads.handle_message(
+                event, team_id=body.get("team_id"), enterprise_id=body.get("enterprise_id")
+            ),
+            "app_mention",
         )
 
     async def handle_message(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         self.threads.spawn(
-            self.threads.handle_message(event, team_id=body.get("team_id")), "message"
+            self.threads.handle_message(
+                event, team_id=body.get("team_id"), enterprise_id=body.get("enterprise_id")
+            ),
+            "message",
         )
 
     async def handle_app_home_opened(self, event: dict[str, Any]) -> None:
@@ -80,6 +88,7 @@ class Listeners:
     async def publish_home(self, user_id: str) -> None:
         running, done = await self.baton.tracker.counts(started_by=user_id)
         tasks = await self.baton.tracker.list(started_by=user_id, limit=HOME_TASKS)
+        usage = await self.threads.budgets.today(user_id=user_id, channel_id=None)
         await self.client.views_publish(
             user_id=user_id,
             view=home_view(
@@ -88,6 +97,7 @@ class Listeners:
                 tasks=tasks,
                 now=datetime.now(UTC),
                 warning=self.baton.sandbox_notice,
+                usage=describe_usage(usage),
             ),
         )
 
@@ -143,12 +153,20 @@ class Listeners:
         tasks = await self.baton.tracker.list(channel_id=channel, limit=PANEL_TASKS)
         running, done = await self.baton.tracker.counts(channel_id=channel)
         is_approver = await self.deciders.is_approver(user)
+        usage = await self.threads.budgets.today(user_id=user, channel_id=channel)
+        decisions = await self.approvals.store.recent_decisions(channel, limit=PANEL_DECISIONS)
 
         def viewer_may_cancel(task: TaskRecord) -> bool:
             return is_approver or user == task.started_by
 
         blocks = tasks_panel(
-            tasks, now=now, running=running, done=done, viewer_may_cancel=viewer_may_cancel
+            tasks,
+            now=now,
+            running=running,
+            done=done,
+            viewer_may_cancel=viewer_may_cancel,
+            usage=describe_usage(usage),
+            extra=recent_decisions_blocks(decisions, timeout_s=self.approvals.timeout_s),
         )
         await self._ephemeral(channel, user, f"⚙ {running} running · {done} done", blocks)
 
@@ -170,12 +188,12 @@ class Listeners:
         local = self.threads.runs.get(run_id)
         # The run may live in another replica: the database knows who started it.
         record = None if local else await self.threads.run_store.get(run_id)
-        if local is None and (record is None or record.state != "running"):
+        if local is None and (record is None or record.state not in {"running", "queued"}):
             if channel:
                 await self._ephemeral(channel, user, "That run has already finished.")
             return
         started_by = local.user_id if local else record.user_id  # type: ignore[union-attr]
-        if not await self.deciders.may_cancel(user, started_by):
+        if not await self._may_cancel(body, user, started_by):
             if channel:
                 await self._ephemeral(
                     channel,
@@ -228,7 +246,7 @@ class Listeners:
         detail = await self.baton.tracker.get(task_id)
         if detail is None or channel is None or detail.task.channel_id != channel:
             return
-        if not await self.deciders.may_cancel(user, detail.task.started_by):
+        if not await self._may_cancel(body, user, detail.task.started_by):
             await self._ephemeral(
                 channel, user, "Only the person who started this task or an approver can cancel it."
             )
@@ -239,6 +257,23 @@ class Listeners:
             await self._ephemeral(channel, user, text)
         except SlackApiError as exc:
             logger.info("could not confirm the cancel: %s", exc.response.get("error"))
+
+    async def _may_cancel(self, body: dict[str, Any], user: str, started_by: str | None) -> bool:
+        """The starter or an approver; a starter also has to be allowed to start runs now."""
+        if await self.deciders.is_approver(user):
+            return True
+        if not await self.deciders.may_cancel(user, started_by):
+            return False
+        channel = _channel_of(body) or ""
+        refusal = await self.threads.access.may_start(
+            user_id=user,
+            channel_id=channel,
+            is_dm=channel.startswith("D"),
+            team_id=(body.get("team") or {}).get("id"),
+            user_team=(body.get("user") or {}).get("team_id"),
+            enterprise_id=(body.get("enterprise") or {}).get("id"),
+        )
+        return refusal is None
 
     # ----------------------------------------------------------------- approvals
 

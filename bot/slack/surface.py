@@ -16,6 +16,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.access.deciders import Deciders
+from bot.access.policy import AccessPolicy
 from bot.app import Baton
 from bot.config import Settings
 from bot.slack.approvals import POLL_S, SlackApprovals
@@ -70,7 +71,14 @@ class SlackSurface:
             task_log=baton.tracker.append_log,
             poll_s=approval_poll_s,
         )
-        self.threads = SlackThreads(baton, self.client, self.approvals)
+        self.access = AccessPolicy(settings.access, self.directory, approvers=settings.approvers)
+        self.threads = SlackThreads(
+            baton,
+            self.client,
+            self.approvals,
+            access=self.access,
+            admission_poll_s=approval_poll_s,
+        )
         Listeners(baton, self.threads, self.deciders, self.approvals).register(self.app)
         self._maintenance: asyncio.Task[None] | None = None
 

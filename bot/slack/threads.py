@@ -14,6 +14,10 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.access.admission import Admission, QueuePosition, RunNotQueued
+from bot.access.budgets import DailyBudgets, RunBudget
+from bot.access.policy import AccessPolicy
+from bot.access.refusal import Refusal
 from bot.app import Baton
 from bot.engine import (
     ApprovalFunc,
@@ -41,6 +45,7 @@ from bot.slack.text import (
 from bot.store import SessionKey
 from bot.store.runs import RunStore
 from bot.store.tasks import TaskDetail, TaskRecord
+from bot.store.usage import UsageStore
 from bot.subagents import SubAgentEvent
 from bot.subagents.runner import describe_event
 
@@ -54,6 +59,11 @@ MAX_CONTEXT_MESSAGES = 50
 MAX_CONTEXT_CHARS = 2_000
 MAX_REPLY_PAGES = 10
 CANCEL_WATCH_S = 1.0
+STOP_MARKS = {
+    "completed": "✓ Done",
+    "max_turns": "✗ Stopped at the turn limit",
+    "budget": "✗ Stopped at the run's token budget",
+}
 
 
 @dataclass(slots=True)
@@ -83,14 +93,27 @@ class ActiveRun:
 class SlackThreads:
     """Turns Slack messages into runs, and runs into thread messages."""
 
-    def __init__(self, baton: Baton, client: AsyncWebClient, approvals: SlackApprovals) -> None:
+    def __init__(
+        self,
+        baton: Baton,
+        client: AsyncWebClient,
+        approvals: SlackApprovals,
+        *,
+        access: AccessPolicy,
+        admission_poll_s: float = 1.0,
+    ) -> None:
         self.baton = baton
         self.client = client
         self.approvals = approvals
+        self.access = access
+        limits = baton.settings.limits
+        self.usage = UsageStore(baton.database)
+        self.budgets = DailyBudgets(self.usage, limits, baton.settings.prices)
         # Every error text bound for the thread passes through it: exceptions quote
         # database URLs, SQL parameters and headers.
         self.redact = baton.redact
         self.run_store = RunStore(baton.database)
+        self.admission = Admission(self.run_store, baton.instances, limits, poll_s=admission_poll_s)
         self._cancel_watch: asyncio.Task[None] | None = None
         self.names = UserNames(client)
         self.bot_user_id: str | None = None
@@ -143,8 +166,15 @@ class SlackThreads:
         user = event.get("user")
         return bool(user) and user != self.bot_user_id
 
-    async def handle_message(self, event: dict[str, Any], *, team_id: str | None) -> None:
-        """A mention, a DM, or a message in a thread the bot is working in."""
+    async def handle_message(
+        self, event: dict[str, Any], *, team_id: str | None, enterprise_id: str | None = None
+    ) -> None:
+        """A mention, a DM, or a message in a thread the bot is working in.
+
+        Who may start runs (and steer them) is checked before anything else happens;
+        a refusal goes to that person alone. A run over the concurrency caps waits in
+        a visible queue.
+        """
         if not self.accepting or not self.is_from_a_person(event):
             return
         await self.identify()
@@ -165,6 +195,25 @@ class SlackThreads:
             return
         user = event["user"]
         active = self.threads.get(key.key)
+        refusal = await self.access.may_start(
+            user_id=user,
+            channel_id=channel,
+            is_dm=is_dm,
+            team_id=team_id,
+            user_team=event.get("user_team"),
+            enterprise_id=enterprise_id,
+        )
+        if refusal is None and active is None and (is_dm or mentioned):
+            refusal = await self.budgets.refusal(user_id=user, channel_id=channel)
+        if refusal is not None:
+            if is_dm or mentioned:
+                await self._refuse(
+                    refusal, user=user, channel=channel, thread_ts=thread_ts, dm=is_dm
+                )
+            else:
+                # Chatter from someone who may not start runs does not steer one either.
+                logger.info("not steering with a message from %s: %s", user, refusal.reason)
+            return
         if active is not None:
             await self._steer(active, user, text)
             return
@@ -192,6 +241,7 @@ class SlackThreads:
                 channel_id=channel,
                 thread_ts=thread_ts,
                 user_id=user,
+                state="queued",
             )
             await self._run(run, ts=ts, text=text, is_dm=is_dm)
         finally:
@@ -199,6 +249,7 @@ class SlackThreads:
             if self.threads.get(key.key) is run:
                 self.threads.pop(key.key, None)
             await asyncio.shield(self.run_store.finish(run.run_id))
+            self.admission.release()
             leftovers = list(run.authors)
             run.take_inbox()
             if leftovers and (run.cancelled_by or not self.accepting):
@@ -217,6 +268,22 @@ class SlackThreads:
                         self._follow_up(run, author, leftover, team_id=key.team_id),
                         f"follow-up-{run.run_id}",
                     )
+
+    async def _refuse(
+        self, refusal: Refusal, *, user: str, channel: str, thread_ts: str, dm: bool
+    ) -> None:
+        """Tell that person alone why nothing starts: ephemeral in channels, a reply in DMs."""
+        try:
+            if dm:
+                await post_text(
+                    self.client, channel=channel, thread_ts=thread_ts, text=refusal.text
+                )
+            else:
+                await self.client.chat_postEphemeral(
+                    channel=channel, user=user, thread_ts=thread_ts, text=refusal.text
+                )
+        except SlackApiError as exc:
+            logger.warning("could not deliver a refusal: %s", exc.response.get("error"))
 
     async def _say(self, run: ActiveRun, text: str) -> None:
         try:
@@ -258,8 +325,9 @@ class SlackThreads:
     async def _run(self, run: ActiveRun, *, ts: str, text: str, is_dm: bool) -> None:
         clean = mention_free(text, self.bot_user_id or "")
         direct = parse_direct_agent(clean)
-        if direct is not None and self.baton.agents.get(direct[0]) is None:
-            available = ", ".join(f"`{n}`" for n in self.baton.agents.names())
+        agents = self.baton.site_for(run.channel).agents
+        if direct is not None and agents.get(direct[0]) is None:
+            available = ", ".join(f"`{n}`" for n in agents.names())
             await self.client.chat_postMessage(
                 channel=run.channel,
                 thread_ts=run.thread_ts,
@@ -276,6 +344,11 @@ class SlackThreads:
             await progress.start()
             if progress.ts is not None:
                 await self.run_store.set_progress(run.run_id, progress.ts)
+            await self.admission.wait(
+                run.run_id, run.user_id, on_queued=lambda place: self._show_queued(progress, place)
+            )
+            progress.set_status("Working…")
+            started = time.monotonic()
             if direct is not None:
                 final = await self._run_agent(run, progress, direct[0], direct[1], started)
             else:
@@ -284,6 +357,8 @@ class SlackThreads:
             who = f" by <@{run.cancelled_by}>" if run.cancelled_by else ""
             final = f"⊘ Cancelled{who}"
             raise
+        except RunNotQueued:
+            final = "✗ Interrupted: the run was closed while it waited in the queue; ask again"
         except SlackApiError as exc:
             reason = f"Slack refused a message: {exc.response.get('error')}"
             final = f"✗ {reason}"
@@ -298,6 +373,27 @@ class SlackThreads:
             if status_task is not None:
                 status_task.cancel()
             await asyncio.shield(progress.finish(final))
+
+    @staticmethod
+    async def _show_queued(progress: ProgressMessage, place: QueuePosition) -> None:
+        if place.reason == "user":
+            why = "you already have as many runs going as one person may"
+            if place.ahead:
+                why += f", and {place.ahead} run{'s' if place.ahead != 1 else ''} wait ahead"
+        else:
+            why = f"{place.ahead} run{'s' if place.ahead != 1 else ''} ahead"
+        progress.set_status(
+            f"⏳ Queued: {why}. It starts by itself when a slot frees; Cancel withdraws it."
+        )
+
+    def _budget(self, run: ActiveRun) -> RunBudget:
+        return RunBudget(
+            usage=self.usage,
+            limit=self.baton.settings.limits.tokens_per_run,
+            run_id=run.run_id,
+            user_id=run.user_id,
+            channel_id=run.channel,
+        )
 
     async def _report(self, run: ActiveRun, text: str) -> None:
         """Say in the thread what went wrong (escaped, whole), through rate limits."""
@@ -317,9 +413,11 @@ class SlackThreads:
         child_usage: dict[str, tuple[str, int]] = {}
         done: Done | None = None
         errors: list[str] = []
-        async for event in self.baton.conversations.run_turn(
+        budget = self._budget(run)
+        async for event in self.baton.site_for(run.channel).conversations.run_turn(
             run.key,
             f"[{name} <@{run.user_id}>] {text}",
+            meter=budget,
             user_id=run.user_id,
             approval=self._approval_for(run),
             progress=lambda update: self._show_child(progress, update, child_usage),
@@ -338,11 +436,7 @@ class SlackThreads:
             await post_answer(
                 self.client, channel=run.channel, thread_ts=run.thread_ts, markdown=done.final_text
             )
-        mark = (
-            "✓ Done"
-            if done.stop_reason == "completed"
-            else ("✗ Stopped at the turn limit" if done.stop_reason == "max_turns" else "✗ Failed")
-        )
+        mark = STOP_MARKS.get(done.stop_reason, "✗ Failed")
         parts = [
             mark,
             f"{done.turns} turn{'s' if done.turns != 1 else ''}",
@@ -353,6 +447,8 @@ class SlackThreads:
             f"{agent} {task_id}: {tokens:,} tokens"
             for task_id, (agent, tokens) in child_usage.items()
         ]
+        if child_usage:
+            parts.append(f"run total {budget.spent.total_tokens:,} tokens")
         return " · ".join(parts)
 
     async def _run_agent(
@@ -367,10 +463,11 @@ class SlackThreads:
             )
             return "✗ No task given"
         try:
-            outcome = await self.baton.conversations.run_agent(
+            outcome = await self.baton.site_for(run.channel).conversations.run_agent(
                 run.key,
                 agent,
                 text,
+                meter=self._budget(run),
                 user_id=run.user_id,
                 approval=self._approval_for(run),
                 progress=lambda update: self._show_child(progress, update, {}),
