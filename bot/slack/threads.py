@@ -380,8 +380,10 @@ class SlackThreads:
             why = "you already have as many runs going as one person may"
             if place.ahead:
                 why += f", and {place.ahead} run{'s' if place.ahead != 1 else ''} wait ahead"
-        else:
+        elif place.ahead:
             why = f"{place.ahead} run{'s' if place.ahead != 1 else ''} ahead"
+        else:
+            why = "next in line; every slot is taken"
         progress.set_status(
             f"⏳ Queued: {why}. It starts by itself when a slot frees; Cancel withdraws it."
         )

@@ -7,6 +7,7 @@ test names the config it needs and checks what people see and what the model got
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bot.config import AccessConfig, LimitsConfig
+from bot.config import AccessConfig, LimitsConfig, PriceConfig
 from bot.slack.blocks import CANCEL_RUN
 from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec, Usage
 from tests.slack.harness import ALICE, BOB, BOT, TEAM, SlackHarness, next_ts, start_harness, until
@@ -23,7 +24,9 @@ GUEST = "UGUEST"
 STRANGER = "USTRANGER"
 
 
+@contextlib.asynccontextmanager
 async def harness_with(tmp_path: Path, **overrides: Any) -> AsyncIterator[SlackHarness]:
+    """The bot with these settings, and a guest and a person from another organisation."""
     async for value in start_harness(tmp_path, **overrides):
         value.slack.add_user(GUEST, "guest", is_restricted=True)
         value.slack.add_user(STRANGER, "stranger", team_id="T0OTHER")
@@ -32,14 +35,14 @@ async def harness_with(tmp_path: Path, **overrides: Any) -> AsyncIterator[SlackH
 
 @pytest.fixture
 async def open_harness(tmp_path: Path) -> AsyncIterator[SlackHarness]:
-    async for value in harness_with(tmp_path):
+    async with harness_with(tmp_path) as value:
         yield value
 
 
 @pytest.fixture
 async def listed_harness(tmp_path: Path) -> AsyncIterator[SlackHarness]:
     access = AccessConfig(users=(ALICE,), channels=("C1", "C2"))
-    async for value in harness_with(tmp_path, access=access, approvers=("UADMIN",)):
+    async with harness_with(tmp_path, access=access, approvers=("UADMIN",)) as value:
         yield value
 
 
@@ -99,7 +102,7 @@ async def test_a_guest_is_refused_by_default(open_harness: SlackHarness) -> None
 
 
 async def test_a_guest_may_run_when_guests_are_allowed(tmp_path: Path) -> None:
-    async for harness in harness_with(tmp_path, access=AccessConfig(guests=True)):
+    async with harness_with(tmp_path, access=AccessConfig(guests=True)) as harness:
         harness.llm.script(Reply(text="Welcome."))
         ts = await harness.mention("hi", user=GUEST)
         await harness.settle()
@@ -170,7 +173,7 @@ async def test_replies_from_someone_not_allowed_do_not_steer_a_run(
 
 @pytest.fixture
 async def capped_harness(tmp_path: Path) -> AsyncIterator[SlackHarness]:
-    async for value in harness_with(tmp_path, limits=LimitsConfig(runs_per_user=1, runs=32)):
+    async with harness_with(tmp_path, limits=LimitsConfig(runs_per_user=1, runs=32)) as value:
         yield value
 
 
@@ -244,7 +247,7 @@ async def test_a_queued_mention_can_be_cancelled_and_never_reaches_the_model(
 
 async def test_a_run_stops_at_its_token_budget_with_its_partial_work(tmp_path: Path) -> None:
     limits = LimitsConfig(tokens_per_run=1_000)
-    async for harness in harness_with(tmp_path, limits=limits):
+    async with harness_with(tmp_path, limits=limits) as harness:
         harness.llm.script(
             Reply(text="Looking around.", tool_calls=[ToolCallSpec("list_dir", {}, id="c1")],
                   usage=Usage(prompt_tokens=900, completion_tokens=200)),
@@ -262,7 +265,7 @@ async def test_a_daily_budget_lets_the_crossing_run_finish_and_refuses_the_next(
     tmp_path: Path,
 ) -> None:
     limits = LimitsConfig(tokens_per_user_per_day=1_000)
-    async for harness in harness_with(tmp_path, limits=limits):
+    async with harness_with(tmp_path, limits=limits) as harness:
         harness.llm.script(
             Reply(tool_calls=[ToolCallSpec("list_dir", {}, id="c1")],
                   usage=Usage(prompt_tokens=700, completion_tokens=100)),
@@ -283,3 +286,80 @@ async def test_a_daily_budget_lets_the_crossing_run_finish_and_refuses_the_next(
         bob = await harness.mention("hi", user=BOB)
         await harness.settle()
         assert "Hi Bob." in json.dumps(harness.thread("C1", bob))
+
+
+async def test_the_deployment_cap_queues_with_the_runs_ahead(tmp_path: Path) -> None:
+    carol = "UCAROL"
+    async with harness_with(tmp_path, limits=LimitsConfig(runs=1, runs_per_user=0)) as harness:
+        harness.slack.add_user(carol, "carol")
+        release = asyncio.Event()
+
+        async def respond(request: RecordedRequest) -> Reply:
+            await release.wait()
+            return Reply(text="answer")
+
+        harness.llm.responder = respond
+        await harness.mention("first")
+        await until(lambda: len(harness.llm.requests) == 1)
+        second = await harness.mention("second", user=BOB)
+        await until(lambda: "next in line" in json.dumps(harness.thread("C1", second)))
+        third = await harness.mention("third", user=carol)
+        await until(lambda: "1 run ahead" in json.dumps(harness.thread("C1", third)))
+        assert len(harness.llm.requests) == 1
+        release.set()
+        await harness.settle()
+        assert len(harness.llm.requests) == 3
+        for ts in (second, third):
+            assert "answer" in json.dumps(harness.thread("C1", ts))
+
+
+async def test_someone_not_allowed_cannot_cancel_even_their_own_old_run(tmp_path: Path) -> None:
+    # Bob started a run while allowed; the list no longer names him and he is no approver.
+    access = AccessConfig(users=(ALICE,))
+    async with harness_with(tmp_path, access=access) as harness:
+        release = asyncio.Event()
+
+        async def respond(request: RecordedRequest) -> Reply:
+            await release.wait()
+            return Reply(text="done")
+
+        harness.llm.responder = respond
+        ts = await harness.mention("long job")
+        await until(lambda: harness.find_button("C1", ts, CANCEL_RUN) is not None)
+        found = harness.find_button("C1", ts, CANCEL_RUN)
+        assert found is not None
+        # The run is Alice's; Bob (not listed, not an approver) tries to cancel it.
+        await harness.click(CANCEL_RUN, found["button"]["value"], user=BOB,
+                            message_ts=found["message"]["ts"])  # fmt: skip
+        await until(lambda: bool(ephemerals_to(harness, BOB)))
+        assert (
+            "Only the person who started this run or an approver" in ephemerals_to(harness, BOB)[0]
+        )
+        assert harness.surface.threads.runs  # still running
+        release.set()
+        await harness.settle()
+        assert "done" in json.dumps(harness.thread("C1", ts))
+
+
+async def test_tasks_and_app_home_show_todays_usage_with_cost(tmp_path: Path) -> None:
+    prices = {"fake-model": PriceConfig(input=2.0, output=8.0)}
+    limits = LimitsConfig(tokens_per_user_per_day=100_000)
+    async with harness_with(tmp_path, limits=limits, prices=prices) as harness:
+        harness.llm.script(
+            Reply(text="ok", usage=Usage(prompt_tokens=10_000, completion_tokens=2_500))
+        )
+        await harness.mention("hi")
+        await harness.settle()
+        assert await harness.command() == 200
+        await until(lambda: bool(ephemerals_to(harness, ALICE)))
+        panel = json.dumps(harness.slack.ephemerals[-1]["blocks"], ensure_ascii=False)
+        # 10,000 in at $2/M + 2,500 out at $8/M = $0.04
+        assert "you 12,500 of 100,000 tokens · $0.04" in panel
+        assert "this channel 12,500 tokens · $0.04" in panel
+        event = {"type": "app_home_opened", "user": ALICE, "channel": "D1", "tab": "home",
+                 "event_ts": "1.1"}  # fmt: skip
+        assert (await harness.send_event(event)).status == 200
+        await until(lambda: bool(harness.slack.calls_to("views.publish")))
+        home = json.dumps(harness.slack.calls_to("views.publish")[-1].params["view"],
+                          ensure_ascii=False)  # fmt: skip
+        assert "you 12,500 of 100,000 tokens · $0.04" in home
