@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 from bot.engine.hooks import HookDecision, ToolInvocation
 from bot.errors import WorkspaceError
 from bot.permissions.danger import DangerMatch, find_command_danger, find_path_danger
-from bot.permissions.git_args import git_allow_problem
+from bot.permissions.git_args import git_allow_problem, split_git
 from bot.permissions.plain import plain_commands
 from bot.permissions.rules import PermissionRules, Rule
 from bot.permissions.shell_words import (
@@ -166,7 +166,8 @@ class PermissionHook:
             parsed = []
         written = [" ".join(command_words(s)) for s in parsed]
         effective = [_effective_text(s) for s in parsed]
-        return list(dict.fromkeys([command, *written, *effective]))
+        git = [text for text in map(_without_git_globals, parsed) if text]
+        return list(dict.fromkeys([command, *written, *effective, *git]))
 
     def _check_command(self, tool: Tool, command: str, every: list[str]) -> HookDecision:
         if denied := _first_match(self.rules.deny, tool, every):
@@ -403,6 +404,21 @@ def _effective_text(segment: Sequence[str]) -> str:
     if not program:
         return ""
     return " ".join([PurePosixPath(program[0]).name.lstrip("\\"), *program[1:]])
+
+
+def _without_git_globals(segment: Sequence[str]) -> str:
+    """`git -C . -c x=y push` as `git push`: what rules on git subcommands must see.
+
+    Only for matching deny and ask rules (more matches, never fewer); allow rules read
+    the whole command, and git's global options keep them from approving it.
+    """
+    program = effective_command(command_words(segment))
+    if len(program) < 2 or PurePosixPath(program[0]).name.lstrip("\\") != "git":
+        return ""
+    call = split_git(program[1:])
+    if not call.globals or not call.subcommand:
+        return ""
+    return " ".join(["git", call.subcommand, *call.args])
 
 
 def _main_value(tool: Tool, arguments: object) -> str | None:

@@ -413,3 +413,27 @@ def test_rules_without_approvers_keep_asks_open_to_the_usual_deciders(workspace:
     for command in ("git push", "rm -rf build", "pytest"):
         decision = check(hook, workspace, "bash", json.dumps({"command": command}))
         assert decision.action == "ask" and decision.approver_sets == ()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git -C . push",
+        "git -c core.pager=cat push origin main",
+        "git --git-dir=.git --work-tree=. push",
+        "/usr/bin/git -C . push",
+        "env git -C . push",
+        "cd . && git --no-pager push",
+    ],
+)
+def test_git_global_options_do_not_step_around_a_rule_on_a_subcommand(
+    workspace: Workspace, command: str
+) -> None:
+    # A hostile model rewording `git push` must still meet the rule's approvers, and a
+    # deny rule on `git push*` must still deny.
+    asked = check(PermissionHook(approver_rules(), workspace), workspace, "bash",
+                  json.dumps({"command": command}))  # fmt: skip
+    assert asked.action == "ask" and (PLATFORM,) in asked.approver_sets
+    deny = PermissionHook(PermissionRules.parse(deny=["bash(git push*)"]), workspace)
+    denied = check(deny, workspace, "bash", json.dumps({"command": command}))
+    assert denied.action == "deny", denied.reason
