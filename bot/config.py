@@ -286,6 +286,12 @@ def load_settings(cwd: Path | None = None) -> Settings:
     # Checked before the state directory is made, so a refused start leaves
     # nothing behind inside the workspace.
     check_workspace(workspace, state_dir, named=env.baton_workspace is not None)
+    workspaces = _channel_workspaces(
+        file_config.workspaces,
+        default=workspace,
+        state_dir=state_dir,
+        anchor=config_path.parent if config_path else base,
+    )
     _make_state_dir(state_dir)
     database_url, database_origin = _database_url(env.database_url, state_dir, base)
     if file_config.agent_dirs is None:
@@ -320,12 +326,7 @@ def load_settings(cwd: Path | None = None) -> Settings:
         sandbox=file_config.sandbox,
         self_approval=file_config.self_approval,
         access=file_config.access,
-        workspaces=_channel_workspaces(
-            file_config.workspaces,
-            default=workspace,
-            state_dir=state_dir,
-            anchor=config_path.parent if config_path else base,
-        ),
+        workspaces=workspaces,
         limits=file_config.limits,
         prices=file_config.prices,
     )

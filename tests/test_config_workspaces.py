@@ -154,6 +154,8 @@ def test_the_state_directory_inside_a_channel_directory_is_refused(
     assert message.startswith(
         f"workspaces.C0API: {tmp}/repos/api contains Baton's state directory {tmp}/repos/api/.state"
     )
+    # Refused before anything is made: no state directory is left inside the workspace.
+    assert not (tmp / "repos" / "api" / ".state").exists()
 
 
 def test_a_bad_channel_id_is_refused(tmp: Path) -> None:
