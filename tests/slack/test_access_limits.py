@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from bot.config import AccessConfig, LimitsConfig, PriceConfig
+from bot.config import AccessConfig, LimitsConfig, PermissionsConfig, PriceConfig
 from bot.slack.blocks import CANCEL_RUN
 from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec, Usage
+from tests.sandbox.conftest import require
 from tests.slack.harness import ALICE, BOB, BOT, TEAM, SlackHarness, next_ts, start_harness, until
 
 GUEST = "UGUEST"
@@ -363,3 +364,39 @@ async def test_tasks_and_app_home_show_todays_usage_with_cost(tmp_path: Path) ->
         home = json.dumps(harness.slack.calls_to("views.publish")[-1].params["view"],
                           ensure_ascii=False)  # fmt: skip
         assert "you 12,500 of 100,000 tokens · $0.04" in home
+
+
+# ---------------------------------------------------------------- workspaces
+
+
+async def test_each_channel_works_in_its_own_workspace(tmp_path: Path) -> None:
+    api, web = tmp_path / "repos" / "api", tmp_path / "repos" / "web"
+    for directory, secret in ((api, "api-only"), (web, "web-only")):
+        directory.mkdir(parents=True)
+        (directory / "NOTES.md").write_text(secret)
+    # bash is allowed outright: the sandbox, not a person, has to keep api's files away.
+    allow_bash = PermissionsConfig(allow=("bash",))
+    async with harness_with(
+        tmp_path, workspaces={"C1": api, "C2": web}, permissions=allow_bash
+    ) as harness:
+        require(harness.baton.site_for("C2").sandbox)
+        harness.llm.script(
+            Reply(tool_calls=[ToolCallSpec("read_file", {"path": "NOTES.md"}, id="own"),
+                              ToolCallSpec("read_file", {"path": str(api / "NOTES.md")},
+                                           id="absolute"),
+                              ToolCallSpec("read_file", {"path": "../api/NOTES.md"},
+                                           id="relative"),
+                              ToolCallSpec("bash", {"command": f"cat {api}/NOTES.md"},
+                                           id="shell")]),
+            Reply(text="read"),
+        )  # fmt: skip
+        await harness.mention("read the notes", channel="C2")
+        await harness.settle()
+        results = {
+            m["tool_call_id"]: m["content"]
+            for m in harness.llm.requests[-1].messages
+            if m["role"] == "tool"
+        }
+        assert "web-only" in results["own"]
+        for call in ("absolute", "relative", "shell"):
+            assert "api-only" not in results[call], (call, results[call])
