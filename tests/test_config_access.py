@@ -135,3 +135,26 @@ def test_the_command_exits_2_with_that_one_line(tmp_path: Path, home: Path) -> N
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("baton: ")
     assert "self_approval is false and approvers is empty" in lines[0]
+
+
+def test_the_readmes_hardened_example_is_a_valid_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readme = (ROOT / "README.md").read_text()
+    after = readme.split("A hardened configuration", 1)[1]
+    example = after.split("```yaml\n", 1)[1].split("```", 1)[0]
+    repos = tmp_path / "repos"
+    for name in ("api", "web", "infra"):
+        (repos / name).mkdir(parents=True)
+    (tmp_path / "ws").mkdir()
+    write(tmp_path / "baton.yaml", example.replace("/srv/baton/repos", str(repos)))
+    monkeypatch.setenv("BATON_CONFIG", str(tmp_path / "baton.yaml"))
+    settings = load_settings(cwd=tmp_path / "ws")
+    assert settings.self_approval is False
+    assert settings.access.user_groups == ("S0ENGINEERS",)
+    assert set(settings.workspaces) == {"C0APITEAM", "C0WEBTEAM", "C0PLATFORM"}
+    assert [r.approvers for r in settings.permissions.ask_rules() if r.approvers] == [
+        ("S0PLATFORM",),
+        ("S0PLATFORM",),
+    ]
+    assert settings.limits.tokens_per_user_per_day == 2_000_000
