@@ -9,16 +9,11 @@ the test instead of hanging it; nothing asserts how long anything took.
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from bot.access.admission import Admission, QueuePosition, RunNotQueued, place_in_queue
 from bot.config import LimitsConfig
@@ -26,8 +21,8 @@ from bot.store import Database, SessionKey, SessionStore
 from bot.store.instances import Instances
 from bot.store.models import utcnow
 from bot.store.runs import RunRecord, RunStore
+from tests.databases import fresh_database
 
-SERVER = os.environ.get("BATON_TEST_POSTGRES_URL")
 SETTLE_S = 20.0
 THREAD = SessionKey.slack_thread(team_id="T1", channel_id="C1", thread_ts="1.1")
 ALICE, BOB, CAROL, DAVE = "UALICE", "UBOB", "UCAROL", "UDAVE"
@@ -35,22 +30,8 @@ ALICE, BOB, CAROL, DAVE = "UALICE", "UBOB", "UCAROL", "UDAVE"
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'baton.db'}"
-        return
-    if not SERVER:
-        pytest.skip("BATON_TEST_POSTGRES_URL is not set")
-    name = f"baton_test_{uuid.uuid4().hex[:12]}"
-    admin_url = make_url(SERVER).set(drivername="postgresql+asyncpg")
-    admin = create_async_engine(admin_url, isolation_level="AUTOCOMMIT")
-    async with admin.connect() as connection:
-        await connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(SERVER).set(database=name).render_as_string(hide_password=False)
-    finally:
-        async with admin.connect() as connection:
-            await connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await admin.dispose()
+    async with fresh_database(request.param, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture

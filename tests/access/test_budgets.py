@@ -6,16 +6,12 @@ Each test runs on SQLite and, when BATON_TEST_POSTGRES_URL is set, on PostgreSQL
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
 from sqlmodel import select
 
 from bot.access.budgets import DailyBudgets, RunBudget, Spend, UsageToday, describe_usage
@@ -25,10 +21,10 @@ from bot.engine import Done
 from bot.store import UsageStore
 from bot.store.models import UsageRow
 from bot.subagents.runner import BUDGET_REASON
+from tests.databases import fresh_database
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply, ToolCallSpec, Usage
 from tests.subagents.harness import THREAD, Router, make_baton, run_turn, wait_finished
 
-SERVER = os.environ.get("BATON_TEST_POSTGRES_URL")
 EXPLORE = "Your job is to investigate"
 GENERAL = "Understand the task first"
 # 20:47:30 UTC: the day resets in 3 h 12 min.
@@ -37,23 +33,8 @@ EVENING = datetime(2026, 11, 30, 20, 47, 30, tzinfo=UTC)
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'baton.db'}"
-        return
-    if not SERVER:
-        pytest.skip("BATON_TEST_POSTGRES_URL is not set")
-    name = f"baton_test_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(
-        make_url(SERVER).set(drivername="postgresql+asyncpg"), isolation_level="AUTOCOMMIT"
-    )
-    async with admin.connect() as connection:
-        await connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(SERVER).set(database=name).render_as_string(hide_password=False)
-    finally:
-        async with admin.connect() as connection:
-            await connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await admin.dispose()
+    async with fresh_database(request.param, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture

@@ -7,44 +7,28 @@ databases (`.ci/run` sets one up when it can); each test gets a fresh database.
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from bot.app import Baton, build_baton
 from bot.engine.messages import ChatMessage
 from bot.store import SessionKey
 from bot.store.approvals import ApprovalStore
 from tests.conftest import make_settings
+from tests.databases import POSTGRES_SERVER, fresh_postgres
 from tests.fakes.openai_api import FakeOpenAI, Reply, ToolCallSpec
 
-SERVER = os.environ.get("BATON_TEST_POSTGRES_URL")
-
-pytestmark = pytest.mark.skipif(not SERVER, reason="BATON_TEST_POSTGRES_URL is not set")
+pytestmark = pytest.mark.skipif(not POSTGRES_SERVER, reason="BATON_TEST_POSTGRES_URL is not set")
 
 THREAD = SessionKey.slack_thread(team_id="T1", channel_id="C1", thread_ts="1.1")
 
 
 @pytest.fixture
 async def database_url() -> AsyncIterator[str]:
-    assert SERVER is not None
-    name = f"baton_test_{uuid.uuid4().hex[:12]}"
-    admin_url = make_url(SERVER).set(drivername="postgresql+asyncpg")
-    admin = create_async_engine(admin_url, isolation_level="AUTOCOMMIT")
-    async with admin.connect() as connection:
-        await connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(SERVER).set(database=name).render_as_string(hide_password=False)
-    finally:
-        async with admin.connect() as connection:
-            await connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await admin.dispose()
+    async with fresh_postgres() as url:
+        yield url
 
 
 @pytest.fixture
