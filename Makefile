@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.fanout
 	$(BIN)/python -m bench.ack_latency
 	$(BIN)/python -m bench.sandbox
+	$(BIN)/python -m bench.queue
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -27,14 +27,21 @@ def percentile(values: list[float], fraction: float) -> float:
 async def timed_mention(harness: SlackHarness, n: int) -> float:
     """Seconds until Slack would have our HTTP 200 for one signed mention."""
     started = time.perf_counter()
-    await harness.mention(f"question {n}", channel=f"C{n % 5}")
+    await harness.mention(f"question {n}", channel=f"C{n % 5}", user=person(n))
     return time.perf_counter() - started
+
+
+def person(n: int) -> str:
+    # One person each: `limits.runs_per_user` would queue one person's many mentions.
+    return f"UPERSON{n}"
 
 
 async def measure(mentions: int, latency: float) -> None:
     with tempfile.TemporaryDirectory() as directory:
         async for harness in start_harness(Path(directory)):
             harness.llm.responder = lambda request: Reply(text="Answer.", delay=latency)
+            for n in range(mentions):
+                harness.slack.add_user(person(n), f"person{n}")
             # Warm up Bolt's auth.test and the database before timing anything.
             await harness.mention("warm-up")
             await harness.settle()
