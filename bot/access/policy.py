@@ -9,7 +9,9 @@ Checks run in this order, and the first that fails is the one the person hears a
 
 The place comes before the person, and what the operator listed before what kind of
 account it is: both need no `users.info`, and "ask to be added" is the answer most
-people need. The person is looked up once, and only when check 3 or 4 needs it.
+people need. The person is looked up once, and only when check 3 or 4 needs it; an
+event's `user_team` naming another organisation refuses at once, but one naming this
+organisation is confirmed with `users.info`.
 Whatever cannot be established is refused (fail closed).
 """
 
@@ -85,7 +87,9 @@ class AccessPolicy:
         person: Person | None = None
         if not config.external:
             home = user_team
-            if home is None:
+            if home is None or home in (team_id, enterprise_id):
+                # No claim, or a claim of this organisation: Slack's directory decides,
+                # so an event's `user_team` alone never lets an outsider in.
                 person = await self.directory.person(user_id)
                 home = person.team_id if person else None
             if home is None or team_id is None:
