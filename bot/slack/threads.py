@@ -347,6 +347,15 @@ class SlackThreads:
             await self.admission.wait(
                 run.run_id, run.user_id, on_queued=lambda place: self._show_queued(progress, place)
             )
+            # Runs queued while under budget must not start once an earlier run spent it.
+            refusal = await self.budgets.refusal(user_id=run.user_id, channel_id=run.channel)
+            if refusal is not None:
+                final = "✗ Not started: the daily token budget was spent while it waited"
+                await self._refuse(
+                    refusal, user=run.user_id, channel=run.channel, thread_ts=run.thread_ts,
+                    dm=is_dm,
+                )  # fmt: skip
+                return
             progress.set_status("Working…")
             started = time.monotonic()
             if direct is not None:
