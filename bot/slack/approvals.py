@@ -278,15 +278,29 @@ class SlackApprovals:
         return ClickResult(message=None)
 
     async def show_arguments(
-        self, value: str, *, trigger_id: str, view: dict[str, Any] | None
+        self,
+        value: str,
+        *,
+        trigger_id: str,
+        view: dict[str, Any] | None,
+        channel: str | None = None,
     ) -> None:
-        """Open the full arguments (from the message), or turn a page (inside the modal)."""
+        """Open the full arguments (from the message), or turn a page (inside the modal).
+
+        The button exists only on the request's own message and in its own modal, so a
+        value carried anywhere else (another channel, another modal) shows nothing.
+        """
         approval_id, _, page = value.partition(":")
         record = await self.store.get(approval_id)
         if record is None:
             return
+        if view is not None:
+            if view.get("private_metadata") != approval_id:
+                return
+        elif record.channel_id is None or channel != record.channel_id:
+            return
         modal = arguments_modal(record, page=int(page) if page.isdigit() else 0)
-        if view is not None and view.get("private_metadata") == approval_id:
+        if view is not None:
             await self.client.views_update(view_id=view["id"], hash=view.get("hash"), view=modal)
         else:
             await self.client.views_open(trigger_id=trigger_id, view=modal)

@@ -193,6 +193,13 @@ class Listeners:
                 await self._ephemeral(channel, user, "That run has already finished.")
             return
         started_by = local.user_id if local else record.user_id  # type: ignore[union-attr]
+        where = local.channel if local else record.channel_id  # type: ignore[union-attr]
+        if channel != where:
+            # A Cancel button only exists in its run's thread: a value carried elsewhere
+            # cancels nothing, whoever clicks it.
+            if channel:
+                await self._ephemeral(channel, user, "There is no such run in this channel.")
+            return
         if not await self._may_cancel(body, user, started_by):
             if channel:
                 await self._ephemeral(
@@ -296,7 +303,10 @@ class Listeners:
         await ack()
         self.threads.spawn(
             self.approvals.show_arguments(
-                approval_value(body), trigger_id=body["trigger_id"], view=body.get("view")
+                approval_value(body),
+                trigger_id=body["trigger_id"],
+                view=body.get("view"),
+                channel=_channel_of(body),
             ),
             "show_arguments",
         )

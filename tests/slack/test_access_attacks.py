@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from bot.config import LimitsConfig
-from tests.fakes.openai_api import RecordedRequest, Reply, Usage
+from bot.slack.approval_views import SHOW_ARGUMENTS
+from bot.slack.blocks import CANCEL_RUN
+from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec, Usage
 from tests.slack.harness import ALICE, BOB, BOT, TEAM, SlackHarness, next_ts, start_harness, until
 
 STRANGER = "USTRANGER"
@@ -78,6 +80,56 @@ async def test_queued_runs_do_not_start_once_the_daily_budget_is_spent(tmp_path:
         assert all(text.startswith("You have used 1,500 of your 1,000 tokens") for text in refusals)
         for ts in queued:
             assert "daily token budget" in json.dumps(harness.thread("C1", ts))
+
+
+async def test_show_arguments_from_another_channel_shows_nothing(harness: SlackHarness) -> None:
+    """A forged Show-full-arguments click from C2 with a C1 request id opens no modal."""
+    harness.llm.script(
+        Reply(tool_calls=[ToolCallSpec("bash", {"command": "echo " + "x" * 900}, id="c")]),
+        Reply(text="done"),
+    )
+    ts = await harness.mention("run it")
+    await until(lambda: harness.find_button("C1", ts, SHOW_ARGUMENTS) is not None)
+    found = harness.find_button("C1", ts, SHOW_ARGUMENTS)
+    assert found is not None
+    value = found["button"]["value"]
+    assert await harness.click(SHOW_ARGUMENTS, value, user=BOB, channel="C2") == 200
+    await asyncio.sleep(0.3)
+    assert harness.slack.calls_to("views.open") == []
+    # From its own message it opens.
+    assert await harness.click(SHOW_ARGUMENTS, value, user=BOB,
+                               message_ts=found["message"]["ts"]) == 200  # fmt: skip
+    await until(lambda: bool(harness.slack.calls_to("views.open")))
+    approve = harness.find_button("C1", ts, "baton_approve")
+    assert approve is not None
+    await harness.click("baton_deny", approve["button"]["value"], user=ALICE,
+                        message_ts=approve["message"]["ts"])  # fmt: skip
+    await harness.settle()
+
+
+async def test_a_cancel_of_another_channels_run_is_refused_even_for_its_starter(
+    harness: SlackHarness,
+) -> None:
+    """A Cancel value carried to another channel cancels nothing; a member's never."""
+    release = asyncio.Event()
+
+    async def respond(request: RecordedRequest) -> Reply:
+        await release.wait()
+        return Reply(text="finished")
+
+    harness.llm.responder = respond
+    ts = await harness.mention("long job")
+    await until(lambda: harness.find_button("C1", ts, CANCEL_RUN) is not None)
+    found = harness.find_button("C1", ts, CANCEL_RUN)
+    assert found is not None
+    run_id = found["button"]["value"]
+    for user in (BOB, ALICE):
+        assert await harness.click(CANCEL_RUN, run_id, user=user, channel="C2") == 200
+    await until(lambda: len(harness.slack.ephemerals) == 2)
+    assert harness.surface.threads.runs
+    release.set()
+    await harness.settle()
+    assert "finished" in json.dumps(harness.thread("C1", ts))
 
 
 async def test_a_flood_of_mentions_is_all_queued_and_blocks_nobody_else(tmp_path: Path) -> None:
