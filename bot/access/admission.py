@@ -95,11 +95,24 @@ def place_in_queue(
     return None
 
 
+@dataclass(slots=True)
+class _Waiter:
+    """A run of this process waiting in `Admission.wait`."""
+
+    user_id: str
+    admitted: asyncio.Future[None]
+    position: QueuePosition | None = None
+
+
 class Admission:
     """Lets queued runs start when the caps allow, in order, across replicas.
 
     One per process, built with this process's `Instances`: a run's owner must be
     ``instances.id``. With both caps 0, `wait` admits at once without queueing.
+
+    A pass admits every run of this process that may start, in one transaction, and
+    places the others; however many runs wait, one release costs one pass, not one
+    per waiter.
     """
 
     def __init__(
@@ -115,7 +128,10 @@ class Admission:
         self.limits = limits
         self.poll_s = poll_s
         self._released = asyncio.Event()
-        self._waiting: set[str] = set()
+        self._waiters: dict[str, _Waiter] = {}
+        self._pass_lock = asyncio.Lock()
+        self._passes_started = 0
+        self._last_pass_done = 0
 
     @property
     def unlimited(self) -> bool:
@@ -125,7 +141,7 @@ class Admission:
     @property
     def waiting(self) -> frozenset[str]:
         """Ids of the runs of this process waiting in `wait` right now."""
-        return frozenset(self._waiting)
+        return frozenset(self._waiters)
 
     def release(self) -> None:
         """A run of this process ended (call it after `RunStore.finish`): wake the waiters."""
@@ -155,16 +171,20 @@ class Admission:
             # Nothing to count: one update (a no-op if it was recorded running).
             await self.store.admit(run_id)
             return
-        self._waiting.add(run_id)
+        waiter = _Waiter(user_id, asyncio.get_running_loop().create_future())
+        self._waiters[run_id] = waiter
         try:
             told: QueuePosition | None = None
             while True:
-                # Take the event before looking, so a release during the look wakes us.
-                released = self._released
-                position = await self._try_admit(run_id, user_id)
-                if position is None:
+                # Take the event and the pass count before looking, so a release
+                # during the look wakes us, and a pass run since is not repeated.
+                released, seen = self._released, self._passes_started
+                await self._pass(after=seen)
+                if waiter.admitted.done():
+                    waiter.admitted.result()  # raises RunNotQueued
                     return
-                if on_queued is not None and position != told:
+                position = waiter.position
+                if on_queued is not None and position is not None and position != told:
                     told = position
                     try:
                         await on_queued(position)
@@ -174,27 +194,65 @@ class Admission:
                     async with asyncio.timeout(self.poll_s):
                         await released.wait()
         finally:
-            self._waiting.discard(run_id)
+            self._waiters.pop(run_id, None)
+            if not waiter.admitted.done():
+                waiter.admitted.cancel()
+            elif not waiter.admitted.cancelled():
+                waiter.admitted.exception()  # seen: a cancel may have come first
 
-    async def _try_admit(self, run_id: str, user_id: str) -> QueuePosition | None:
-        """Admit the run if the caps allow now; else where it stands. None: admitted."""
+    async def _pass(self, *, after: int) -> None:
+        """Admit what may start among this process's waiters; place the others.
+
+        Skipped when a pass that began after the caller looked (numbered above
+        `after`, the count of passes begun then) has finished: it saw the caller's
+        waiter, and its outcome is on every waiter.
+        """
+        async with self._pass_lock:
+            if self._last_pass_done > after:
+                return
+            self._passes_started += 1
+            number = self._passes_started
+            try:
+                await self._admit_waiters()
+            finally:
+                self._last_pass_done = number
+
+    async def _admit_waiters(self) -> None:
+        waiters = {run_id: w for run_id, w in self._waiters.items() if not w.admitted.done()}
+        if not waiters:
+            return
         alive = await self.instances.alive()
         async with self.store.admitting() as view:
             queued = await view.queued(alive=alive)
-            if any(run.id == run_id for run in queued):
-                running = await view.running_by_user(alive=alive)
-                position = place_in_queue(
-                    run_id, user_id, running=running, queued=queued, limits=self.limits
+            running = await view.running_by_user(alive=alive)
+            for run in list(queued):
+                waiter = waiters.get(run.id)
+                if waiter is None:
+                    continue
+                place = place_in_queue(
+                    run.id, waiter.user_id, running=running, queued=queued, limits=self.limits
                 )
-                if position is not None:
-                    return position
-                if await view.admit(run_id):
-                    return None
-        # Not queued (any more): admitted some other way, or finished while waiting.
-        record = await self.store.get(run_id)
-        if record is not None and record.state == RUNNING:
-            return None
-        state = record.state if record is not None else None
-        if state == QUEUED:
-            state = "queued by an owner that is not alive"
-        raise RunNotQueued(run_id, state)
+                if place is not None:
+                    continue
+                if await view.admit(run.id):
+                    queued.remove(run)
+                    running[run.user_id] = running.get(run.user_id, 0) + 1
+                    waiter.admitted.set_result(None)
+            for run in queued:
+                if (waiter := waiters.get(run.id)) is not None and not waiter.admitted.done():
+                    waiter.position = place_in_queue(
+                        run.id, waiter.user_id, running=running, queued=queued, limits=self.limits
+                    )
+        in_queue = {run.id for run in queued}
+        for run_id, waiter in waiters.items():
+            if waiter.admitted.done() or run_id in in_queue:
+                continue
+            # Not queued (any more): admitted some other way, or finished while waiting.
+            record = await self.store.get(run_id)
+            if record is not None and record.state == RUNNING:
+                waiter.admitted.set_result(None)
+                continue
+            state = record.state if record is not None else None
+            if state == QUEUED:
+                state = "queued by an owner that is not alive"
+            waiter.admitted.set_exception(RunNotQueued(run_id, state))

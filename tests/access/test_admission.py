@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event
 
 from bot.access.admission import Admission, QueuePosition, RunNotQueued, place_in_queue
 from bot.config import LimitsConfig
@@ -436,3 +437,41 @@ def test_place_in_queue(
 def test_place_in_queue_refuses_a_run_that_is_not_queued() -> None:
     with pytest.raises(ValueError, match="not queued"):
         place_in_queue("q9", "A", running={}, queued=_queued("A"), limits=LimitsConfig())
+
+
+async def test_a_release_costs_one_admission_step_however_many_runs_wait(
+    database: Database, session_id: int
+) -> None:
+    # Forty waiters woken by one release must not each query the queue: that would
+    # make a long queue quadratic in database work.
+    here = await make_replica(database, session_id, "a", runs=1, poll_s=3600)
+    await here.queue("r0", ALICE)
+    await settle(here.admission.wait("r0", ALICE))
+    tasks, all_positions = [], []
+    for n in range(1, 41):
+        await here.queue(f"r{n}", f"U{n}")
+        positions = Positions()
+        all_positions.append(positions)
+        tasks.append(waiting(here, f"r{n}", f"U{n}", positions))
+    for positions in all_positions:
+        await positions.reach(1)
+    statements: list[str] = []
+
+    def count(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if "runs" in statement:
+            statements.append(statement)
+
+    event.listen(database.engine.sync_engine, "before_cursor_execute", count)
+    try:
+        await here.end("r0")
+        await settle(tasks[0])
+        await all_positions[1].reach(2)  # the next one moved up: the pass is over
+    finally:
+        event.remove(database.engine.sync_engine, "before_cursor_execute", count)
+    assert await here.state("r1") == "running"
+    assert all(not task.done() for task in tasks[1:])
+    # finish (1) + one pass: queued, running counts, admit (3); never one per waiter.
+    assert len(statements) <= 6, statements
+    for task in tasks[1:]:
+        task.cancel()
+    await asyncio.gather(*tasks[1:], return_exceptions=True)
