@@ -11,6 +11,7 @@ from slack_sdk.errors import SlackApiError
 
 from bot.access.budgets import describe_usage
 from bot.access.deciders import Deciders
+from bot.access.refusal import Refusal
 from bot.app import Baton
 from bot.slack.approval_views import APPROVE, DENY, SHOW_ARGUMENTS, recent_decisions_blocks
 from bot.slack.approvals import SlackApprovals, approval_value
@@ -113,14 +114,30 @@ class Listeners:
                 user=command["user_id"],
                 task_id=(command.get("text") or "").strip(),
                 respond=respond,
+                team_id=command.get("team_id"),
+                enterprise_id=command.get("enterprise_id"),
             ),
             "tasks_command",
         )
 
     async def show_tasks(
-        self, *, channel: str, user: str, task_id: str, respond: AsyncRespond | None = None
+        self,
+        *,
+        channel: str,
+        user: str,
+        task_id: str,
+        respond: AsyncRespond | None = None,
+        team_id: str | None = None,
+        enterprise_id: str | None = None,
     ) -> None:
         try:
+            refusal = await self._may_look(
+                user=user, channel=channel, team_id=team_id, enterprise_id=enterprise_id
+            )
+            if refusal is not None:
+                # Task logs hold what the agents read: only people who may run them see them.
+                await self._ephemeral(channel, user, refusal.text)
+                return
             await self._show_tasks(channel=channel, user=user, task_id=task_id)
         except SlackApiError as exc:
             # chat.postEphemeral needs the bot in the channel; the command's own
@@ -222,6 +239,8 @@ class Listeners:
         detail = await self.baton.tracker.get(task_id)
         if detail is None or detail.task.channel_id != _channel_of(body):
             return  # never show another channel's task
+        if await self._may_look_by(body, channel=detail.task.channel_id) is not None:
+            return  # only from a forged click: the panel shows no logs to such people
         view = task_log_modal(self.threads.redacted_detail(detail))
         await self.client.views_open(trigger_id=body["trigger_id"], view=view)
 
@@ -236,6 +255,8 @@ class Listeners:
             return
         detail = await self.baton.tracker.get(task_id)
         if detail is None:
+            return
+        if await self._may_look_by(body, channel=detail.task.channel_id or "") is not None:
             return
         shown = self.threads.redacted_detail(detail)
         await self.client.views_update(
@@ -265,22 +286,44 @@ class Listeners:
         except SlackApiError as exc:
             logger.info("could not confirm the cancel: %s", exc.response.get("error"))
 
+    async def _may_look(
+        self,
+        *,
+        user: str,
+        channel: str,
+        team_id: str | None,
+        user_team: str | None = None,
+        enterprise_id: str | None = None,
+    ) -> Refusal | None:
+        """Whether `user` may see a channel's tasks and logs: approvers, and who may run."""
+        if await self.deciders.is_approver(user):
+            return None
+        return await self.threads.access.may_start(
+            user_id=user,
+            channel_id=channel,
+            is_dm=channel.startswith("D"),
+            team_id=team_id,
+            user_team=user_team,
+            enterprise_id=enterprise_id,
+        )
+
+    async def _may_look_by(self, body: dict[str, Any], *, channel: str) -> Refusal | None:
+        """`_may_look` for the person who clicked in `body`."""
+        return await self._may_look(
+            user=body["user"]["id"],
+            channel=channel,
+            team_id=(body.get("team") or {}).get("id"),
+            user_team=(body.get("user") or {}).get("team_id"),
+            enterprise_id=(body.get("enterprise") or {}).get("id"),
+        )
+
     async def _may_cancel(self, body: dict[str, Any], user: str, started_by: str | None) -> bool:
         """The starter or an approver; a starter also has to be allowed to start runs now."""
         if await self.deciders.is_approver(user):
             return True
         if not await self.deciders.may_cancel(user, started_by):
             return False
-        channel = _channel_of(body) or ""
-        refusal = await self.threads.access.may_start(
-            user_id=user,
-            channel_id=channel,
-            is_dm=channel.startswith("D"),
-            team_id=(body.get("team") or {}).get("id"),
-            user_team=(body.get("user") or {}).get("team_id"),
-            enterprise_id=(body.get("enterprise") or {}).get("id"),
-        )
-        return refusal is None
+        return await self._may_look_by(body, channel=_channel_of(body) or "") is None
 
     # ----------------------------------------------------------------- approvals
 

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from bot.config import AccessConfig, LimitsConfig, PermissionsConfig, PriceConfig
-from bot.slack.blocks import CANCEL_RUN
+from bot.slack.blocks import CANCEL_RUN, VIEW_LOG
 from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec, Usage
 from tests.sandbox.conftest import require
 from tests.slack.harness import ALICE, BOB, BOT, TEAM, SlackHarness, next_ts, start_harness, until
+from tests.slack.test_tasks import start_background_task
 
 GUEST = "UGUEST"
 STRANGER = "USTRANGER"
@@ -400,3 +401,28 @@ async def test_each_channel_works_in_its_own_workspace(tmp_path: Path) -> None:
         assert "web-only" in results["own"]
         for call in ("absolute", "relative", "shell"):
             assert "api-only" not in results[call], (call, results[call])
+
+
+async def test_people_who_may_not_run_cannot_read_tasks_or_their_logs(
+    open_harness: SlackHarness,
+) -> None:
+    harness = open_harness
+    await start_background_task(harness, "C1", "read the billing code")
+    assert await harness.command(user=GUEST) == 200
+    await until(lambda: bool(ephemerals_to(harness, GUEST)))
+    [text] = ephemerals_to(harness, GUEST)
+    assert text.startswith("Baton doesn't take requests from guests here.")
+    # Alice, who may run, sees the task and its log.
+    assert await harness.command(user=ALICE) == 200
+    await until(lambda: bool(ephemerals_to(harness, ALICE)))
+    assert "task-explore-1" in json.dumps(harness.slack.ephemerals[-1]["blocks"])
+    assert await harness.click(VIEW_LOG, "task-explore-1", user=ALICE) == 200
+    await until(lambda: len(harness.slack.calls_to("views.open")) == 1)
+    # A View log click forged by the guest with the real task id opens nothing.
+    assert await harness.click(VIEW_LOG, "task-explore-1", user=GUEST) == 200
+    await until(lambda: not pending(harness, "view_log"))
+    assert len(harness.slack.calls_to("views.open")) == 1
+
+
+def pending(harness: SlackHarness, name: str) -> bool:
+    return any(t.get_name() == name and not t.done() for t in harness.surface.threads._tasks)
