@@ -77,6 +77,7 @@ class SlackSurface:
             self.client,
             self.approvals,
             access=self.access,
+            directory=self.directory,
             admission_poll_s=approval_poll_s,
         )
         Listeners(baton, self.threads, self.deciders, self.approvals).register(self.app)

@@ -33,7 +33,7 @@ from bot.sessions import UnknownAgentError
 from bot.slack.answers import post_answer, post_messages, post_text
 from bot.slack.approvals import SlackApprovals
 from bot.slack.blocks import error_message, progress_blocks, task_finished_message
-from bot.slack.people import UserNames
+from bot.slack.directory import SlackDirectory
 from bot.slack.progress import ProgressMessage
 from bot.slack.text import (
     AnswerMessage,
@@ -100,6 +100,7 @@ class SlackThreads:
         approvals: SlackApprovals,
         *,
         access: AccessPolicy,
+        directory: SlackDirectory,
         admission_poll_s: float = 1.0,
     ) -> None:
         self.baton = baton
@@ -115,7 +116,7 @@ class SlackThreads:
         self.run_store = RunStore(baton.database)
         self.admission = Admission(self.run_store, baton.instances, limits, poll_s=admission_poll_s)
         self._cancel_watch: asyncio.Task[None] | None = None
-        self.names = UserNames(client)
+        self.names = directory
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
         self.runs: dict[str, ActiveRun] = {}
