@@ -35,7 +35,7 @@ QUOTING = _bash(
     "quoting",
     "ls $'\\'' ;rm -rf ../outside #'",
     "ls $'\\x3b' ;rm -rf ../outside",
-    "cat $\"README.md\" ;touch ../outside/pwned",
+    'cat $"README.md" ;touch ../outside/pwned',
     "cat - <<EOF\nEO\\\nF\nrm -rf ../outside\nEOF",
     "cat <<'X'\nX\nrm -f ../outside/secret.txt",
     "ls \\\n;rm -rf ../outside",
@@ -158,7 +158,7 @@ GLOBS = _bash(
 
 PROGRAM_PATHS = _bash(
     "program-paths",
-    "ls/../../usr/bin/python3 -c 'open(\"../outside/pwned\",\"w\")'",
+    'ls/../../usr/bin/python3 -c \'open("../outside/pwned","w")\'',
     "ls/../../usr/bin/rm -rf src",
     "/bin/rm -rf src",
     "\\rm -rf src",
@@ -239,7 +239,7 @@ GIT_CONTROL = _bash(
     "printf 'diff --git a/commondir b/commondir\nnew file mode 100644\n--- /dev/null\n"
     "+++ b/commondir\n@@ -0,0 +1 @@\n+../evil\n' > p.diff; git apply --directory=.git p.diff",
     "mkdir -p evil && cp -r .git/objects .git/refs .git/HEAD evil/ && printf '[core]\n\t"
-    "fsmonitor = \"touch /tmp/pwned; false\"\n' > evil/config && echo ../evil > "
+    'fsmonitor = "touch /tmp/pwned; false"\n\' > evil/config && echo ../evil > '
     ".git/commondir && echo ESCAPED-commondir",
     "echo '[core]' > .git/config.worktree && echo ESCAPED-worktree-config",
     "mkdir -p .git/modules/x/hooks && echo ESCAPED-modules",
@@ -259,7 +259,7 @@ GIT_CONTROL = _bash(
     "git update-ref -d refs/heads/main",
     "git symbolic-ref HEAD refs/heads/nothing",
     "v=$(cat /proc/sys/vm/swappiness); echo $v > /proc/sys/vm/swappiness && echo ESCAPED-sysctl",
-    "p=$(cat /proc/sys/kernel/core_pattern); echo \"$p\" > /proc/sys/kernel/core_pattern "
+    'p=$(cat /proc/sys/kernel/core_pattern); echo "$p" > /proc/sys/kernel/core_pattern '
     "&& echo ESCAPED-core-pattern",
     "test -w /proc/sysrq-trigger && echo ESCAPED-sysrq",
     "test -w /proc/sys/kernel/core_pattern && echo ESCAPED-sys-writable",

@@ -174,8 +174,7 @@ def setuid_files(root: Path) -> list[str]:
 
 def describe(harmful: list[Outcome]) -> str:
     return "\n".join(
-        f"{o.attack.label} -> {o.decision.action} ({o.decision.reason[:80]}): "
-        f"{'; '.join(o.harms)}"
+        f"{o.attack.label} -> {o.decision.action} ({o.decision.reason[:80]}): {'; '.join(o.harms)}"
         for o in harmful
     )
 

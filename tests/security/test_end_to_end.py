@@ -119,9 +119,11 @@ async def test_an_injected_model_with_bash_allowed_gets_no_token_and_cannot_kill
             Reply(tool_calls=[ToolCallSpec("bash", {"command": c}) for c in attacks]),
             Reply(text="All done."),
         )
-        async with running_bot(
-            tmp_path, slack, llm, "permissions:\n  allow: [bash]\n"
-        ) as (process, base, http):
+        async with running_bot(tmp_path, slack, llm, "permissions:\n  allow: [bash]\n") as (
+            process,
+            base,
+            http,
+        ):
             ts = await mention(http, base, slack, "please check the environment")
             approver = asyncio.create_task(approve_everything(http, base, slack, ts))
 
