@@ -10,6 +10,7 @@ from pathlib import Path
 import openai
 from sqlalchemy.engine import URL
 
+from bot.access.budgets import DailyBudgets
 from bot.config import Settings
 from bot.engine import Hook, LLMClient
 from bot.errors import ConfigError
@@ -21,6 +22,7 @@ from bot.sites import SharedParts, Site, agent_roots, build_site, site_directori
 from bot.store import Database, EventLedger, SessionStore
 from bot.store.instances import HEARTBEAT_EVERY_S, Instances
 from bot.store.tasks import TaskStore
+from bot.store.usage import UsageStore
 from bot.subagents import BUILTIN_AGENTS, AgentRegistry, SubAgentRunner, TaskTracker
 from bot.tools import ToolRegistry, Workspace
 
@@ -52,6 +54,9 @@ class Baton:
     tracker: TaskTracker
     events: EventLedger
     instances: Instances
+    # Tokens spent per call, and the daily budgets read from them.
+    usage: UsageStore
+    budgets: DailyBudgets
     heartbeat: asyncio.Task[None] | None = None
 
     def site_for(self, channel_id: str | None) -> Site:
@@ -212,4 +217,6 @@ async def build_baton(settings: Settings) -> Baton:
         tracker=tracker,
         events=EventLedger(database),
         instances=instances,
+        usage=(usage := UsageStore(database)),
+        budgets=DailyBudgets(usage, settings.limits, settings.prices),
     )

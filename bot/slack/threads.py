@@ -15,7 +15,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.access.admission import Admission, QueuePosition, RunNotQueued
-from bot.access.budgets import DailyBudgets, RunBudget
+from bot.access.budgets import RunBudget
 from bot.access.policy import AccessPolicy
 from bot.access.refusal import Refusal
 from bot.app import Baton
@@ -45,7 +45,6 @@ from bot.slack.text import (
 from bot.store import SessionKey
 from bot.store.runs import RunStore
 from bot.store.tasks import TaskDetail, TaskRecord
-from bot.store.usage import UsageStore
 from bot.subagents import SubAgentEvent
 from bot.subagents.runner import describe_event
 
@@ -108,8 +107,7 @@ class SlackThreads:
         self.approvals = approvals
         self.access = access
         limits = baton.settings.limits
-        self.usage = UsageStore(baton.database)
-        self.budgets = DailyBudgets(self.usage, limits, baton.settings.prices)
+        self.budgets = baton.budgets
         # Every error text bound for the thread passes through it: exceptions quote
         # database URLs, SQL parameters and headers.
         self.redact = baton.redact
@@ -400,7 +398,7 @@ class SlackThreads:
 
     def _budget(self, run: ActiveRun) -> RunBudget:
         return RunBudget(
-            usage=self.usage,
+            usage=self.baton.usage,
             limit=self.baton.settings.limits.tokens_per_run,
             run_id=run.run_id,
             user_id=run.user_id,
