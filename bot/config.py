@@ -155,12 +155,23 @@ class SandboxConfig(BaseModel):
     network: bool = False
 
 
+class ModelCallsConfig(BaseModel):
+    """The `model_calls` section: how Baton talks to the provider on bad days."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_concurrent: PositiveInt = 32  # LLM calls in flight at once, for the whole process
+    retry_deadline_s: float = Field(default=120, gt=0)  # retries of one call stop after it
+    stall_timeout_s: float = Field(default=60, gt=0)  # no chunk for this long: retried
+
+
 class FileConfig(BaseModel):
     """What baton.yaml may hold; every key optional, unknown keys refused."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str | None = None
+    context_window: int = Field(default=128_000, ge=4_096)
     max_turns: PositiveInt = 50
     max_background_tasks: PositiveInt = 16
     approval_timeout_s: float = Field(default=600, gt=0)
@@ -173,6 +184,7 @@ class FileConfig(BaseModel):
     workspaces: dict[ChannelId, Path] = Field(default_factory=dict)
     limits: LimitsConfig = LimitsConfig()
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
+    model_calls: ModelCallsConfig = ModelCallsConfig()
 
     @field_validator("approvers")
     @classmethod
@@ -237,6 +249,8 @@ class Settings(BaseModel):
     workspaces: dict[str, Path] = Field(default_factory=dict)
     limits: LimitsConfig = LimitsConfig()
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
+    context_window: int = 128_000
+    model_calls: ModelCallsConfig = ModelCallsConfig()
 
     @field_validator("slack_api_url")
     @classmethod
@@ -329,6 +343,8 @@ def load_settings(cwd: Path | None = None) -> Settings:
         workspaces=workspaces,
         limits=file_config.limits,
         prices=file_config.prices,
+        context_window=file_config.context_window,
+        model_calls=file_config.model_calls,
     )
 
 

@@ -2,8 +2,10 @@
 
 from bot.engine.events import (
     ApprovalRequired,
+    Compacted,
     Done,
     ErrorEvent,
+    ModelWaiting,
     RunEvent,
     StopReason,
     TextDelta,
@@ -30,6 +32,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalRequired",
     "ChatMessage",
+    "Compacted",
     "Done",
     "Engine",
     "ErrorEvent",
@@ -37,6 +40,7 @@ __all__ = [
     "HookDecision",
     "LLMClient",
     "Meter",
+    "ModelWaiting",
     "RunEvent",
     "StopReason",
     "TextDelta",

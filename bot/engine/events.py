@@ -8,7 +8,9 @@ from typing import Literal
 from bot.engine.messages import Usage
 
 # "budget": the meter said no further LLM call may be made (the work so far is kept).
-StopReason = Literal["completed", "max_turns", "budget", "error"]
+# "length": the model's answer was cut at its output limit (after continuing it).
+# "content_filter": the provider's content filter stopped the answer.
+StopReason = Literal["completed", "max_turns", "budget", "error", "length", "content_filter"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +58,35 @@ class ErrorEvent:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ModelWaiting:
+    """A model call failed for now and is retried after `wait_s` seconds.
+
+    Also what `LLMClient.stream` yields before a retry. `reason` is short and
+    readable ("rate limited", "server error 503", "no answer for 60 s", "connection
+    dropped"); `attempt` counts retries from 1. `discard_text` says that text already
+    streamed in this call is void: the retried call starts its answer again.
+    """
+
+    reason: str
+    attempt: int
+    wait_s: float
+    discard_text: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Compacted:
+    """Earlier messages were folded into a summary to fit the model's context window.
+
+    `folded` is how many messages the summary replaces; `dropped` how many had to be
+    left out without one (a last resort), `trimmed` how many tool outputs were cut.
+    """
+
+    folded: int = 0
+    dropped: int = 0
+    trimmed: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Done:
     """The run is over; always the last event."""
 
@@ -65,4 +96,13 @@ class Done:
     stop_reason: StopReason
 
 
-RunEvent = TextDelta | ToolStart | ToolResult | ApprovalRequired | ErrorEvent | Done
+RunEvent = (
+    TextDelta
+    | ToolStart
+    | ToolResult
+    | ApprovalRequired
+    | ErrorEvent
+    | ModelWaiting
+    | Compacted
+    | Done
+)

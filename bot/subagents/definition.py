@@ -40,6 +40,8 @@ class AgentDefinition(BaseModel):
     disallowed_tools: tuple[str, ...] = ()
     model: str | None = None
     max_turns: int = Field(default=0, ge=0, le=1000)
+    # The model's context window in tokens; 0: the one of baton.yaml (`context_window`).
+    context_window: int = Field(default=0, ge=0)
     skills: tuple[str, ...] = ()
     source: str = "builtin"
 
