@@ -23,8 +23,10 @@ from bot.engine import (
     ApprovalFunc,
     ApprovalRequired,
     ChatMessage,
+    Compacted,
     Done,
     ErrorEvent,
+    ModelWaiting,
     RunEvent,
     ToolResult,
     ToolStart,
@@ -62,7 +64,10 @@ STOP_MARKS = {
     "completed": "✓ Done",
     "max_turns": "✗ Stopped at the turn limit",
     "budget": "✗ Stopped at the run's token budget",
+    "length": "✗ Answer cut at the model's output limit",
+    "content_filter": "✗ Stopped by the provider's content filter",
 }
+WORKING = "Working…"
 
 
 @dataclass(slots=True)
@@ -355,7 +360,7 @@ class SlackThreads:
                     dm=is_dm,
                 )  # fmt: skip
                 return
-            progress.set_status("Working…")
+            progress.set_status(WORKING)
             started = time.monotonic()
             if direct is not None:
                 final = await self._run_agent(run, progress, direct[0], direct[1], started)
@@ -437,6 +442,9 @@ class SlackThreads:
             self._show(progress, event)
             if isinstance(event, ErrorEvent):
                 errors.append(event.message)
+            elif isinstance(event, Compacted) and (event.folded or event.dropped):
+                # Trimmed tool outputs alone are routine; folding or leaving out is news.
+                await self._say(run, compaction_note(event))
             elif isinstance(event, Done):
                 done = event
         assert done is not None
@@ -515,6 +523,11 @@ class SlackThreads:
         )
 
     def _show(self, progress: ProgressMessage, event: RunEvent) -> None:
+        if isinstance(event, ModelWaiting):
+            progress.set_status(waiting_status(event))
+            return
+        if progress.status != WORKING:
+            progress.set_status(WORKING)  # the model answers again
         if isinstance(event, ToolStart | ToolResult | ErrorEvent | ApprovalRequired):
             if line := describe_event(event):
                 progress.add(self.redact(line))
@@ -673,3 +686,25 @@ class SlackThreads:
             messages=[AnswerMessage(text=post.text, blocks=post.blocks)],
             file=post.file,
         )
+
+
+def waiting_status(event: ModelWaiting) -> str:
+    """The progress status while a model call waits to be retried."""
+    return (
+        f"⏳ Waiting for the model ({event.reason}, retry {event.attempt}; "
+        f"next try in {format_duration(event.wait_s)})"
+    )
+
+
+def compaction_note(event: Compacted) -> str:
+    """The short thread note saying that earlier messages were folded or left out."""
+    parts = []
+    if event.folded:
+        parts.append(f"compacted {_messages(event.folded)} into a summary")
+    if event.dropped:
+        parts.append(f"left out {_messages(event.dropped)}")
+    return f"🗜 To fit the model's context window, I {' and '.join(parts)}."
+
+
+def _messages(count: int) -> str:
+    return f"{count:,} earlier message{'s' if count != 1 else ''}"
