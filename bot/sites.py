@@ -152,6 +152,7 @@ async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[P
         skills_dir=workspace.protected_dir / "skills",
         default_max_turns=settings.max_turns,
         max_background_tasks=settings.max_background_tasks,
+        context_window=settings.context_window,
     )
     main_agent = MainAgent(
         llm=shared.llm,
@@ -162,6 +163,7 @@ async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[P
         max_turns=settings.max_turns,
         registry=agents,
         runner=runner,
+        context_window=settings.context_window,
     )
     return Site(
         workspace=workspace,

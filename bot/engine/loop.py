@@ -2,20 +2,25 @@
 
 LLM → tool calls → results → LLM … until the model answers without calling a
 tool, the turn limit is reached, or the meter says the token budget is spent.
-Events stream out as they happen.
+Events stream out as they happen. Every request is fitted to the model's context
+window first (see `bot.engine.context`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from bot.engine.context import Compactor, Fitted, fit, fold_point
 from bot.engine.events import (
     ApprovalRequired,
+    Compacted,
     Done,
     ErrorEvent,
+    ModelWaiting,
     RunEvent,
     StopReason,
     TextDelta,
@@ -30,14 +35,20 @@ from bot.engine.hooks import (
     decide,
 )
 from bot.engine.llm import LLMClient, LLMResponse, TextChunk
-from bot.engine.messages import ChatMessage, ToolCall, Usage
+from bot.engine.messages import ChatMessage, ToolCall, Usage, is_summary, summary_message
 from bot.engine.meter import Meter
-from bot.errors import LLMError, ToolError
+from bot.engine.tokens import TokenCounter, reply_reserve
+from bot.errors import ContextLengthError, LLMError, ToolError
 from bot.tools.base import DEFAULT_OUTPUT_LIMIT, ToolRegistry, cap_output, person_approved
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_TURNS = 50
+# After a context-length error the retried request is at most this share of the one refused.
+RETRY_SHARE = 0.75
+# History kept word for word by a compaction: at most this share of the budget.
+KEEP_AFTER_FOLD = 4
+MIN_BUDGET = 256
 
 Emit = Callable[[RunEvent], None]
 # Messages that arrived while the run was going on (steering), taken before each LLM call.
@@ -48,6 +59,24 @@ Inbox = Callable[[], Sequence[ChatMessage]]
 class _CallOutcome:
     output: str
     is_error: bool
+
+
+@dataclass(slots=True, kw_only=True)
+class _Conversation:
+    """One run's messages: the system prompt, the history (folded as it goes), the run's own."""
+
+    system: list[ChatMessage]
+    history: list[ChatMessage]
+    run: list[ChatMessage] = field(default_factory=list)
+    # Messages left out of the last request, so a new drop is reported once.
+    dropped: int = 0
+
+    def messages(self) -> list[ChatMessage]:
+        return [*self.system, *self.history, *self.run]
+
+    @property
+    def prompt_index(self) -> int:
+        return len(self.system) + len(self.history)
 
 
 class Engine:
@@ -69,7 +98,15 @@ class Engine:
         max_turns: int = DEFAULT_MAX_TURNS,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         meter: Meter | None = None,
+        context_window: int | None = None,
+        compactor: Compactor | None = None,
+        counter: TokenCounter | None = None,
     ) -> None:
+        """`context_window` (tokens) bounds every request; None sets no bound until the
+        provider refuses one. `compactor` folds stored history into a summary; without
+        one, history that does not fit is dropped instead. `counter` carries the
+        token calibration, shared by the engines of one model.
+        """
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
         self.llm = llm
@@ -81,6 +118,10 @@ class Engine:
         self.max_turns = max_turns
         self.output_limit = output_limit
         self.meter = meter
+        self.context_window = context_window
+        self.compactor = compactor
+        self.counter = counter if counter is not None else TokenCounter()
+        self._tools_tokens: int | None = None
 
     async def run_stream(
         self,
@@ -121,13 +162,11 @@ class Engine:
         emit: Emit,
         inbox: Inbox | None = None,
     ) -> None:
-        messages: list[ChatMessage] = []
-        if self.system_prompt:
-            messages.append(ChatMessage(role="system", content=self.system_prompt))
-        messages.extend(history)
+        system = [ChatMessage(role="system", content=self.system_prompt)]
+        conversation = _Conversation(system=system if self.system_prompt else [], history=history)
 
         def add(message: ChatMessage) -> None:
-            messages.append(message)
+            conversation.run.append(message)
             new_messages.append(message)
 
         add(ChatMessage(role="user", content=prompt))
@@ -145,8 +184,8 @@ class Engine:
                     add(ChatMessage(role="assistant", content=note))
                     break
                 turns += 1
-                response = await self._call_llm(messages, emit)
-                usage += response.usage
+                response, folding = await self._request(conversation, emit)
+                usage += folding + response.usage
                 if self.meter is not None:
                     await self.meter.charge(model=self.model, usage=response.usage, task_id=None)
                 if response.text:
@@ -203,6 +242,109 @@ class Engine:
     def _budget_note(self) -> str | None:
         return self.meter.exhausted() if self.meter is not None else None
 
+    async def _request(self, conversation: _Conversation, emit: Emit) -> tuple[LLMResponse, Usage]:
+        """One LLM call on the fitted conversation; also what folding history cost.
+
+        A context-length error means the provider counts more than we do: the count is
+        raised for the model, history is folded (or the request fitted harder when
+        there is nothing to fold), and the call is made once more.
+        """
+        fitted, folding = await self._fit(conversation, emit)
+        try:
+            response = await self._call_llm(fitted.messages, emit)
+        except ContextLengthError as exc:
+            logger.warning("the request did not fit the context of %s: %s", self.model, exc)
+            sent = fitted.tokens + self._count_tools()
+            if exc.tokens:
+                self.counter.calibrate(self.model, estimated=sent, reported=exc.tokens)
+            else:
+                self.counter.distrust(self.model)
+            if exc.limit and (self.context_window is None or exc.limit < self.context_window):
+                self.context_window = exc.limit
+            fitted, more = await self._fit(
+                conversation, emit, fold=True, limit=int(fitted.tokens * RETRY_SHARE)
+            )
+            folding += more
+            response = await self._call_llm(fitted.messages, emit)
+        self.counter.calibrate(
+            self.model,
+            estimated=fitted.tokens + self._count_tools(),
+            reported=response.usage.prompt_tokens,
+        )
+        return response, folding
+
+    def _count_tools(self) -> int:
+        if self._tools_tokens is None:
+            self._tools_tokens = self.counter.tools(self.tools.schemas())
+        return self._tools_tokens
+
+    def _budget(self, limit: int | None) -> int:
+        """Counted tokens the messages of a request may take."""
+        budget = sys.maxsize
+        if self.context_window is not None:
+            usable = self.context_window - reply_reserve(self.context_window)
+            budget = self.counter.budget(self.model, usable) - self._count_tools()
+        if limit is not None:
+            budget = min(budget, limit)
+        return max(MIN_BUDGET, budget)
+
+    async def _fit(
+        self,
+        conversation: _Conversation,
+        emit: Emit,
+        *,
+        fold: bool = False,
+        limit: int | None = None,
+    ) -> tuple[Fitted, Usage]:
+        """Fit the conversation: trim old tool outputs, fold history, then drop and cut.
+
+        `fold` folds history even when trimming would do (the provider refused the
+        request); `limit` caps the budget below the window's.
+        """
+        budget = self._budget(limit)
+
+        def fitted(drop: bool) -> Fitted:
+            return fit(
+                conversation.messages(),
+                budget=budget,
+                counter=self.counter,
+                prompt_index=conversation.prompt_index,
+                drop=drop,
+            )
+
+        result = fitted(drop=False)
+        folded = 0
+        spent = Usage()
+        if (fold or not result.fits) and self.compactor is not None:
+            folded, spent = await self._fold(conversation, budget)
+            if folded:
+                result = fitted(drop=False)
+        if not result.fits:
+            result = fitted(drop=True)
+        if folded or result.dropped > conversation.dropped:
+            emit(Compacted(folded=folded, dropped=result.dropped, trimmed=result.trimmed))
+        conversation.dropped = result.dropped
+        return result, spent
+
+    async def _fold(self, conversation: _Conversation, budget: int) -> tuple[int, Usage]:
+        """Fold older history into a summary; how many messages it replaced, and its cost."""
+        assert self.compactor is not None
+        history = conversation.history
+        point = fold_point(history, counter=self.counter, keep_tokens=budget // KEEP_AFTER_FOLD)
+        if not point:
+            return 0, Usage()
+        try:
+            summary = await self.compactor.compact(history[:point])
+        except LLMError as exc:
+            # Without a summary the request is still fitted, by leaving messages out.
+            logger.warning("could not fold the history into a summary: %s", exc)
+            return 0, Usage()
+        if self.meter is not None and summary.usage.requests:
+            await self.meter.charge(model=self.model, usage=summary.usage, task_id=None)
+        folded = sum(1 for m in history[:point] if not is_summary(m))
+        history[:point] = [summary_message(summary.text)]
+        return folded, summary.usage
+
     async def _call_llm(self, messages: list[ChatMessage], emit: Emit) -> LLMResponse:
         response: LLMResponse | None = None
         async for item in self.llm.stream(
@@ -210,6 +352,8 @@ class Engine:
         ):
             if isinstance(item, TextChunk):
                 emit(TextDelta(text=item.text))
+            elif isinstance(item, ModelWaiting):
+                emit(item)
             else:
                 response = item
         if response is None:

@@ -104,30 +104,16 @@ def repair_history(messages: Iterable[ChatMessage]) -> list[ChatMessage]:
     return repaired
 
 
-HISTORY_CUT_NOTE = "[Earlier messages of this conversation were left out to fit the context.]"
+SUMMARY_HEADER = (
+    "[Summary of the earlier part of this conversation, written when it grew too long for "
+    "the context window. The messages it replaces are no longer shown.]"
+)
 
 
-def fit_history(messages: list[ChatMessage], max_chars: int) -> list[ChatMessage]:
-    """The most recent part of a history that fits in `max_chars`, cut before a user message.
+def summary_message(summary: str) -> ChatMessage:
+    """The message that stands for folded history: a user message, clearly marked."""
+    return ChatMessage(role="user", content=f"{SUMMARY_HEADER}\n\n{summary}")
 
-    Cutting only at user messages keeps every tool call with its result. A note says
-    that earlier messages were left out, so the model does not take the rest for all.
-    """
 
-    def size(message: ChatMessage) -> int:
-        return len(message.content or "") + sum(
-            len(c.arguments) + len(c.name) for c in message.tool_calls
-        )
-
-    total = sum(size(m) for m in messages)
-    if total <= max_chars:
-        return messages
-    start = 0
-    for index, message in enumerate(messages):
-        if total <= max_chars and message.role == "user":
-            start = index
-            break
-        total -= size(message)
-    else:
-        return [ChatMessage(role="user", content=HISTORY_CUT_NOTE)]
-    return [ChatMessage(role="user", content=HISTORY_CUT_NOTE), *messages[start:]]
+def is_summary(message: ChatMessage) -> bool:
+    return message.role == "user" and (message.content or "").startswith(SUMMARY_HEADER)

@@ -8,13 +8,11 @@ from collections.abc import AsyncIterator
 
 from bot.engine import ApprovalFunc, ChatMessage, Done, Meter, RunEvent
 from bot.engine.loop import Inbox
-from bot.engine.messages import fit_history, repair_history
+from bot.engine.messages import repair_history
+from bot.sessions.compaction import SessionCompactor
 from bot.sessions.main_agent import MainAgent, Turn
 from bot.store import SessionKey, SessionStore
 from bot.subagents import ProgressSink, TaskOutcome, TaskTracker, render_finished_tasks
-
-# About 100k tokens of history; older messages are left out (with a note) beyond it.
-HISTORY_BUDGET_CHARS = 400_000
 
 
 class UnknownAgentError(LookupError):
@@ -47,6 +45,7 @@ class Conversations:
         return lock
 
     async def history(self, key: SessionKey) -> list[ChatMessage]:
+        """The history the next turn starts from (a summary first, once it was compacted)."""
         session = await self.store.get_or_create(key)
         return await self.store.history(session.id)
 
@@ -69,11 +68,19 @@ class Conversations:
         from `inbox` reach the run before its next LLM call. What the run added is
         saved even when it is cancelled half-way. `meter` counts the run's tokens
         (its sub-agents' included) and stops it when its budget is spent.
+
+        The history starts from the latest summary; when a request would not fit the
+        model's window, the engine folds older messages into a new one, stored here.
         """
         session = await self.store.get_or_create(key)
         async with self.lock_for(key):
-            history = fit_history(
-                repair_history(await self.store.history(session.id)), HISTORY_BUDGET_CHARS
+            stored = await self.store.load_history(session.id)
+            history = repair_history(stored.as_messages())
+            compactor = SessionCompactor(
+                summarizer=self.main_agent.summarizer,
+                store=self.store,
+                session_id=session.id,
+                stored=stored,
             )
             finished = await self.tracker.drain_completed(session.id)
             parts = [render_finished_tasks(finished)] if finished else []
@@ -84,6 +91,7 @@ class Conversations:
                 user_id=user_id,
                 progress=progress,
                 meter=meter,
+                compactor=compactor,
             )
             engine = self.main_agent.build_engine(turn)
             transcript: list[ChatMessage] = []

@@ -6,6 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.engine import ApprovalFunc, Engine, Hook, LLMClient, Meter
+from bot.engine.context import Compactor
+from bot.engine.tokens import TokenCounter
+from bot.sessions.compaction import Summarizer
 from bot.store import SessionRecord
 from bot.subagents import (
     AgentRegistry,
@@ -27,6 +30,8 @@ class Turn:
     progress: ProgressSink | None = None
     # The run's token meter, shared with every sub-agent the turn starts.
     meter: Meter | None = None
+    # Folds the session's older history into a summary when a request would not fit.
+    compactor: Compactor | None = None
 
 
 class MainAgent:
@@ -43,7 +48,12 @@ class MainAgent:
         max_turns: int,
         registry: AgentRegistry,
         runner: SubAgentRunner,
+        context_window: int | None = None,
+        counter: TokenCounter | None = None,
     ) -> None:
+        """`context_window` bounds every request in tokens; `counter` (by default the
+        runner's, so one calibration serves a model) counts them.
+        """
         self.llm = llm
         self.model = model
         self.tools = tools
@@ -52,6 +62,11 @@ class MainAgent:
         self.max_turns = max_turns
         self.registry = registry
         self.runner = runner
+        self.context_window = context_window
+        self.counter = counter if counter is not None else runner.counter
+        self.summarizer = Summarizer(
+            llm=llm, model=model, counter=self.counter, context_window=context_window
+        )
 
     def parent_context(self, turn: Turn) -> ParentContext:
         return ParentContext(
@@ -78,4 +93,7 @@ class MainAgent:
             approval=turn.approval,
             max_turns=self.max_turns,
             meter=turn.meter,
+            context_window=self.context_window,
+            compactor=turn.compactor,
+            counter=self.counter,
         )

@@ -56,6 +56,24 @@ class MessageRow(SQLModel, table=True):
     created_at: datetime = _timestamp(nullable=False)
 
 
+class CompactionRow(SQLModel, table=True):
+    """A summary that stands for a session's messages up to `through_seq` (folded history).
+
+    The newest row of a session wins: its summary covers the earlier ones.
+    """
+
+    __tablename__ = "compactions"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: int = Field(foreign_key="sessions.id", index=True)
+    # The seq of the last message the summary replaces.
+    through_seq: int
+    summary: str = Field(sa_column=Column(Text, nullable=False))
+    # How many messages the summary replaces in all.
+    folded: int = 0
+    created_at: datetime = _timestamp(nullable=False)
+
+
 class TaskRow(SQLModel, table=True):
     """A sub-agent run (foreground or background) and its outcome."""
 

@@ -10,9 +10,9 @@ from sqlalchemy import func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
-from bot.engine.messages import ChatMessage, ToolCall
+from bot.engine.messages import ChatMessage, ToolCall, summary_message
 from bot.store.database import Database
-from bot.store.models import MessageRow, SessionRow, utcnow
+from bot.store.models import CompactionRow, MessageRow, SessionRow, utcnow
 
 APPEND_ATTEMPTS = 5
 
@@ -68,6 +68,25 @@ def _record(row: SessionRow) -> SessionRecord:
     )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredHistory:
+    """A session's history as a run starts from it: the latest summary, then the rest.
+
+    `seqs` holds the seq of each message of `messages`, so a compaction can say
+    which messages it folded; `folded` is how many the summary stands for.
+    """
+
+    summary: str | None
+    through_seq: int
+    folded: int
+    messages: list[ChatMessage]
+    seqs: list[int]
+
+    def as_messages(self) -> list[ChatMessage]:
+        head = [summary_message(self.summary)] if self.summary is not None else []
+        return [*head, *self.messages]
+
+
 class SessionStore:
     """Finds or creates sessions and keeps their ordered message history."""
 
@@ -107,13 +126,48 @@ class SessionStore:
             return _record(row) if row else None
 
     async def history(self, session_id: int) -> list[ChatMessage]:
+        """The history a run starts from: the latest summary (if any), then what followed."""
+        return (await self.load_history(session_id)).as_messages()
+
+    async def load_history(self, session_id: int) -> StoredHistory:
+        """The latest compaction of the session and the messages after it, with their seqs."""
         async with self.database.sessions() as session:
+            found = await session.exec(
+                select(CompactionRow)
+                .where(CompactionRow.session_id == session_id)
+                .order_by(col(CompactionRow.through_seq).desc(), col(CompactionRow.id).desc())
+                .limit(1)
+            )
+            compaction = found.first()
+            through = compaction.through_seq if compaction is not None else 0
             result = await session.exec(
                 select(MessageRow)
-                .where(MessageRow.session_id == session_id)
+                .where(MessageRow.session_id == session_id, MessageRow.seq > through)
                 .order_by(col(MessageRow.seq))
             )
-            return [_message(row) for row in result.all()]
+            rows = result.all()
+        return StoredHistory(
+            summary=compaction.summary if compaction is not None else None,
+            through_seq=through,
+            folded=compaction.folded if compaction is not None else 0,
+            messages=[_message(row) for row in rows],
+            seqs=[row.seq for row in rows],
+        )
+
+    async def record_compaction(
+        self, session_id: int, *, through_seq: int, summary: str, folded: int
+    ) -> None:
+        """Keep a summary that stands for the session's messages up to `through_seq`."""
+        async with self.database.sessions() as session:
+            session.add(
+                CompactionRow(
+                    session_id=session_id,
+                    through_seq=through_seq,
+                    summary=summary,
+                    folded=folded,
+                )
+            )
+            await session.commit()
 
     async def has_history(self, session_id: int) -> bool:
         """Whether the session holds any message (without loading them)."""

@@ -21,6 +21,7 @@ from bot.engine import (
     HookDecision,
     LLMClient,
     Meter,
+    ModelWaiting,
     RunEvent,
     TextDelta,
     ToolInvocation,
@@ -28,6 +29,7 @@ from bot.engine import (
     ToolStart,
     Usage,
 )
+from bot.engine.tokens import TokenCounter
 from bot.errors import TaskLimitReached
 from bot.store.tasks import TaskRecord, TaskState
 from bot.subagents.definition import TASK_TOOL_NAME, AgentDefinition
@@ -104,6 +106,8 @@ def describe_event(event: RunEvent) -> str | None:
         return f"? {event.name} needs approval: {event.reason}"
     if isinstance(event, ErrorEvent):
         return f"✗ {event.message}"
+    if isinstance(event, ModelWaiting):
+        return f"… waiting for the model ({event.reason}, retry {event.attempt})"
     if isinstance(event, Done):
         tokens = event.usage.total_tokens
         if event.stop_reason == "completed":
@@ -143,6 +147,7 @@ class SubAgentRunner:
         skills_dir: Path,
         default_max_turns: int,
         max_background_tasks: int,
+        context_window: int | None = None,
     ) -> None:
         self.llm = llm
         self.tracker = tracker
@@ -151,6 +156,10 @@ class SubAgentRunner:
         self.skills_dir = skills_dir
         self.default_max_turns = default_max_turns
         self.max_background_tasks = max_background_tasks
+        # The window of agents whose definition names none (`context_window: 0`).
+        self.context_window = context_window
+        # One calibration per model, kept across runs (the main agent uses it too).
+        self.counter = TokenCounter()
 
     def build_engine(
         self,
@@ -163,7 +172,8 @@ class SubAgentRunner:
     ) -> Engine:
         """A fresh engine for the child: no parent history, no parent system prompt.
 
-        It spends the parent's meter, its charges marked with `task_id`.
+        It spends the parent's meter, its charges marked with `task_id`. It has no
+        stored history to fold: its own requests are fitted by trimming and dropping.
         """
         meter = parent.meter
         if meter is not None and task_id is not None:
@@ -177,6 +187,8 @@ class SubAgentRunner:
             approval=approval,
             max_turns=definition.max_turns or self.default_max_turns,
             meter=meter,
+            context_window=definition.context_window or self.context_window,
+            counter=self.counter,
         )
 
     async def run_foreground(
@@ -339,6 +351,8 @@ class SubAgentRunner:
             if isinstance(event, TextDelta):
                 text.append(event.text)
                 continue
+            if isinstance(event, ModelWaiting) and event.discard_text:
+                text.clear()  # the retried call starts its answer again
             if text and isinstance(event, ToolStart | Done):
                 piece = "".join(text).strip()
                 text.clear()

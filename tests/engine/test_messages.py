@@ -1,15 +1,15 @@
-"""Pure history helpers: repairing cut-short runs and fitting long histories."""
+"""Pure history helpers: repairing cut-short runs, marking summaries."""
 
 from __future__ import annotations
 
 from bot.engine.messages import (
-    HISTORY_CUT_NOTE,
     INTERRUPTED_TOOL_RESULT,
     ChatMessage,
     ToolCall,
     Usage,
-    fit_history,
+    is_summary,
     repair_history,
+    summary_message,
 )
 
 
@@ -40,21 +40,11 @@ def test_repair_keeps_a_sound_history_as_it_is() -> None:
     assert repair_history(history) == history
 
 
-def test_fit_history_keeps_short_histories_whole() -> None:
-    history = [user("a" * 10), assistant("b" * 10)]
-    assert fit_history(history, 100) == history
-
-
-def test_fit_history_cuts_before_a_user_message_and_says_so() -> None:
-    history = [
-        user("a" * 100), assistant("", CALL), result("c1"), assistant("b" * 100),
-        user("c" * 10), assistant("d" * 10),
-    ]  # fmt: skip
-    fitted = fit_history(history, 50)
-    assert fitted[0].content == HISTORY_CUT_NOTE
-    assert fitted[1:] == history[4:]
-    # A tool call is never separated from its result.
-    assert all(m.role != "tool" for m in fitted)
+def test_a_summary_is_a_marked_user_message() -> None:
+    message = summary_message("We talked about the build.")
+    assert message.role == "user" and is_summary(message)
+    assert message.content is not None and message.content.endswith("We talked about the build.")
+    assert not is_summary(user("We talked about the build."))
 
 
 def test_usage_adds_up() -> None:

@@ -1,0 +1,106 @@
+"""Token counts of requests, offline, calibrated by what the provider reports.
+
+The count uses OpenAI's o200k_base encoding (compiled into the bpe-openai wheel, so
+nothing is downloaded). Other providers tokenize differently and add framing of
+their own, so each model keeps a ratio of the `prompt_tokens` it reported to what
+was counted here, and estimates are scaled by it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from bot.engine.messages import ChatMessage
+
+ENCODING = "o200k_base"
+# Chat framing the provider adds around each message, each tool call and the request.
+MESSAGE_OVERHEAD = 4
+CALL_OVERHEAD = 8
+REQUEST_OVERHEAD = 3
+# bpe-openai refuses single inputs of a million characters and more; long texts are
+# counted in pieces (a piece boundary costs at most a token or two).
+_PIECE_CHARS = 200_000
+# Ratios outside this range say more about a broken usage report than about tokens.
+MIN_RATIO = 0.5
+MAX_RATIO = 3.0
+# An estimate found too low is corrected fast, one found too high slowly: counting
+# low is what makes a request overflow.
+_RISE = 0.7
+_FALL = 0.2
+
+
+@functools.cache
+def _encoding() -> Any:
+    with warnings.catch_warnings():
+        # bpe-openai reads its tables with importlib.resources.open_binary, which
+        # Python 3.11 calls deprecated; nothing to act on here.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import bpe_openai  # loaded on first count, not when Baton starts
+
+        return bpe_openai.get_encoding(ENCODING)
+
+
+@functools.lru_cache(maxsize=8192)
+def _count_text(text: str) -> int:
+    encoding = _encoding()
+    return sum(
+        len(encoding.encode_ordinary(text[start : start + _PIECE_CHARS]))
+        for start in range(0, len(text), _PIECE_CHARS)
+    )
+
+
+def reply_reserve(context_window: int) -> int:
+    """Tokens of the window kept free for the model's answer."""
+    return min(16_384, context_window // 8)
+
+
+class TokenCounter:
+    """Counts messages and tool schemas in o200k tokens; keeps a per-model calibration."""
+
+    def __init__(self) -> None:
+        self._ratios: dict[str, float] = {}
+
+    def text(self, text: str | None) -> int:
+        return _count_text(text) if text else 0
+
+    def message(self, message: ChatMessage) -> int:
+        tokens = MESSAGE_OVERHEAD + self.text(message.content) + self.text(message.name)
+        for call in message.tool_calls:
+            tokens += CALL_OVERHEAD + self.text(call.name) + self.text(call.arguments)
+        return tokens
+
+    def messages(self, messages: Sequence[ChatMessage]) -> int:
+        return REQUEST_OVERHEAD + sum(self.message(m) for m in messages)
+
+    def tools(self, schemas: Sequence[dict[str, Any]]) -> int:
+        return self.text(json.dumps(list(schemas))) if schemas else 0
+
+    def ratio(self, model: str) -> float:
+        """Reported over counted tokens for `model`, 1.0 until it has reported any."""
+        return self._ratios.get(model, 1.0)
+
+    def calibrate(self, model: str, *, estimated: int, reported: int) -> None:
+        """Learn from one request: `estimated` counted here, `reported` by the provider."""
+        if estimated <= 0 or reported <= 0:
+            return  # a provider that reports no usage teaches nothing
+        observed = min(MAX_RATIO, max(MIN_RATIO, reported / estimated))
+        current = self.ratio(model)
+        weight = _RISE if observed > current else _FALL
+        self._ratios[model] = current + weight * (observed - current)
+
+    def distrust(self, model: str, factor: float = 1.25) -> None:
+        """The provider found a request longer than counted: count `model` higher."""
+        self._ratios[model] = min(MAX_RATIO, self.ratio(model) * factor)
+
+    def scaled(self, model: str, tokens: int) -> int:
+        """`tokens` counted here, as the provider of `model` is expected to count them."""
+        return math.ceil(tokens * self.ratio(model))
+
+    def budget(self, model: str, tokens: int) -> int:
+        """How many tokens counted here fit in `tokens` of the provider's."""
+        return math.floor(tokens / self.ratio(model))
