@@ -176,11 +176,17 @@ async def build_baton(settings: Settings) -> Baton:
         api_key=settings.openai_api_key or "not-needed",
         base_url=settings.openai_base_url,
         timeout=LLM_TIMEOUT_S,
+        max_retries=0,  # LLMClient retries, announcing each wait to the run
     )
     await database.create_schema()
     instances = Instances(database)
     await instances.register()
-    llm = LLMClient(openai_client)
+    llm = LLMClient(
+        openai_client,
+        max_concurrent=settings.model_calls.max_concurrent,
+        retry_deadline_s=settings.model_calls.retry_deadline_s,
+        stall_timeout_s=settings.model_calls.stall_timeout_s,
+    )
     tracker = TaskTracker(TaskStore(database), instances)
     shared = SharedParts(
         settings=settings,

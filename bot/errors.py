@@ -36,6 +36,19 @@ class LLMError(BatonError):
     """The model provider failed: HTTP error, timeout, or an unreadable answer."""
 
 
+class ContextLengthError(LLMError):
+    """The request did not fit the model's context window; compacting may help.
+
+    `limit` and `tokens` are the provider's own figures (its context window and what
+    it counted for the request) when its message gives them, else None.
+    """
+
+    def __init__(self, message: str, *, limit: int | None = None, tokens: int | None = None):
+        super().__init__(message)
+        self.limit = limit
+        self.tokens = tokens
+
+
 class MaxTurnsReached(BatonError):
     """A run used all of its turns before reaching a final answer."""
 

@@ -1,19 +1,49 @@
 """The one boundary to the model provider: OpenAI Chat Completions, streamed.
 
-Everything the loop needs comes out as typed items; every provider failure comes
-out as `LLMError` with a message a person can read.
+Everything the loop needs comes out as typed items. Passing trouble (rate limits,
+server errors, timeouts, dropped or stalled streams) is retried here with backoff up
+to a deadline per call, announced by `ModelWaiting` items; whatever is left comes out
+as `LLMError` (`ContextLengthError` for a request too long for the model) with a
+message a person can read.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import asyncio
+import email.utils
+import random
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
 import openai
 
+from bot.engine.events import ModelWaiting
 from bot.engine.messages import ChatMessage, ToolCall, Usage
-from bot.errors import LLMError
+from bot.errors import ContextLengthError, LLMError
+
+DEFAULT_MAX_CONCURRENT = 32
+DEFAULT_RETRY_DEADLINE_S = 120.0
+DEFAULT_STALL_TIMEOUT_S = 60.0
+# Backoff without a Retry-After: 1 s, 2 s, 4 s … up to 30 s, each drawn from its upper
+# half so that many runs hit by the same outage do not come back in step.
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 30.0
+# Statuses worth another try: timeout, conflict, rate limit, and the server's own errors.
+_RETRIED_CLIENT_STATUSES = frozenset({408, 409, 429})
+_CONTEXT_LENGTH = re.compile(
+    r"context[_ ]length[_ ]exceeded|maximum context length|context (?:length|window)"
+    r"[^.]*(?:exceed|too long)",
+    re.IGNORECASE,
+)
+_LIMIT = re.compile(r"maximum context length is (\d+)", re.IGNORECASE)
+_TOKENS = re.compile(r"resulted in (\d+) tokens|requested (\d+) tokens", re.IGNORECASE)
+
+Sleep = Callable[[float], Awaitable[object]]
+Clock = Callable[[], float]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,11 +70,101 @@ class _PartialCall:
     arguments: list[str] = field(default_factory=list)
 
 
-class LLMClient:
-    """Streams Chat Completions through an `openai.AsyncOpenAI` client."""
+@dataclass(slots=True)
+class _Answer:
+    """What one attempt has streamed so far."""
 
-    def __init__(self, client: openai.AsyncOpenAI) -> None:
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _PartialCall] = field(default_factory=dict)
+    usage: Usage = field(default_factory=lambda: Usage(requests=1))
+    finish_reason: str | None = None
+
+    def add(self, chunk: Any) -> str:
+        """Take one stream chunk in; return its answer text ("" when none)."""
+        if chunk.usage is not None:
+            self.usage = Usage(
+                prompt_tokens=chunk.usage.prompt_tokens or 0,
+                completion_tokens=chunk.usage.completion_tokens or 0,
+                requests=1,
+            )
+        text = ""
+        for choice in chunk.choices:
+            delta = choice.delta
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+            if delta is None:
+                continue
+            if delta.content:
+                self.text.append(delta.content)
+                text += delta.content
+            for piece in delta.tool_calls or ():
+                partial = self.calls.setdefault(piece.index, _PartialCall())
+                if piece.id:
+                    partial.id = piece.id
+                if piece.function is not None:
+                    if piece.function.name:
+                        partial.name += piece.function.name
+                    if piece.function.arguments:
+                        partial.arguments.append(piece.function.arguments)
+        return text
+
+    def response(self) -> LLMResponse:
+        tool_calls = tuple(
+            ToolCall(
+                id=partial.id or f"call_{index}",
+                name=partial.name,
+                arguments="".join(partial.arguments),
+            )
+            for index, partial in sorted(self.calls.items())
+        )
+        return LLMResponse(
+            text="".join(self.text),
+            tool_calls=tool_calls,
+            usage=self.usage,
+            finish_reason=self.finish_reason,
+        )
+
+
+class _Transient(Exception):
+    """One attempt failed in a way worth retrying."""
+
+    def __init__(self, reason: str, detail: str, retry_after: float | None = None) -> None:
+        super().__init__(detail)
+        self.reason = reason  # short, for people watching the run: "rate limited"
+        self.detail = detail  # the whole story, for the error if retries run out
+        self.retry_after = retry_after
+
+
+class LLMClient:
+    """Streams Chat Completions through an `openai.AsyncOpenAI` client.
+
+    Build the openai client with `max_retries=0`: retrying is done here, where it can
+    be announced to the run, bounded by a deadline and abandon a stalled stream.
+    `max_concurrent` caps the calls in flight for the whole process; a call waiting
+    out a backoff does not hold a place.
+    """
+
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        *,
+        max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+        retry_deadline_s: float = DEFAULT_RETRY_DEADLINE_S,
+        stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+        sleep: Sleep = asyncio.sleep,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        if max_concurrent < 1:
+            raise ValueError("max_concurrent must be at least 1")
+        if retry_deadline_s <= 0 or stall_timeout_s <= 0:
+            raise ValueError("retry_deadline_s and stall_timeout_s must be positive")
         self.client = client
+        self.max_concurrent = max_concurrent
+        self.retry_deadline_s = retry_deadline_s
+        self.stall_timeout_s = stall_timeout_s
+        self._sleep = sleep
+        self._clock = clock
+        self._slots = asyncio.Semaphore(max_concurrent)
 
     async def stream(
         self,
@@ -52,8 +172,17 @@ class LLMClient:
         model: str,
         messages: Sequence[ChatMessage],
         tools: Sequence[dict[str, Any]],
-    ) -> AsyncIterator[TextChunk | LLMResponse]:
-        """Yield text chunks as they arrive, then exactly one `LLMResponse`."""
+    ) -> AsyncIterator[TextChunk | ModelWaiting | LLMResponse]:
+        """Yield text chunks as they arrive, then exactly one `LLMResponse`.
+
+        Before each retry a `ModelWaiting` comes out; when it says `discard_text`, the
+        text chunks yielded so far are void and the answer starts again.
+
+        Raises:
+            ContextLengthError: The request is too long for the model.
+            LLMError: The provider refused the request, or kept failing until the
+                deadline.
+        """
         request: dict[str, Any] = {
             "model": model,
             "messages": [m.to_openai() for m in messages],
@@ -63,61 +192,107 @@ class LLMClient:
         if tools:
             request["tools"] = list(tools)
             request["parallel_tool_calls"] = True
-        text: list[str] = []
-        calls: dict[int, _PartialCall] = {}
-        usage = Usage(requests=1)
-        finish_reason: str | None = None
+        started = self._clock()
+        retries = 0
+        while True:
+            answer = _Answer()
+            streamed_text = False
+            try:
+                # The place is held for this attempt only, never during a backoff.
+                async with self._slots, aclosing(self._attempt(request)) as chunks:
+                    async for chunk in chunks:
+                        if text := answer.add(chunk):
+                            streamed_text = True
+                            yield TextChunk(text=text)
+            except _Transient as failure:
+                retries += 1
+                wait = self._backoff(retries, failure.retry_after)
+                elapsed = self._clock() - started
+                if elapsed + wait > self.retry_deadline_s:
+                    raise LLMError(
+                        f"{failure.detail} — gave up after {retries} attempts in "
+                        f"{elapsed:.0f} s ({failure.reason})"
+                    ) from failure.__cause__
+                yield ModelWaiting(
+                    reason=failure.reason,
+                    attempt=retries,
+                    wait_s=wait,
+                    discard_text=streamed_text,
+                )
+                await self._sleep(wait)
+                continue
+            yield answer.response()
+            return
+
+    async def _attempt(self, request: dict[str, Any]) -> AsyncIterator[Any]:
+        """One HTTP call: its chunks, with any failure sorted into retry or not."""
+        stall = f"no answer for {self.stall_timeout_s:g} s"
         try:
-            stream = await self.client.chat.completions.create(**request)
-            async with stream:
-                async for chunk in stream:
-                    if chunk.usage is not None:
-                        usage = Usage(
-                            prompt_tokens=chunk.usage.prompt_tokens or 0,
-                            completion_tokens=chunk.usage.completion_tokens or 0,
-                            requests=1,
-                        )
-                    for choice in chunk.choices:
-                        delta = choice.delta
-                        if choice.finish_reason:
-                            finish_reason = choice.finish_reason
-                        if delta is None:
-                            continue
-                        if delta.content:
-                            text.append(delta.content)
-                            yield TextChunk(text=delta.content)
-                        for piece in delta.tool_calls or ():
-                            partial = calls.setdefault(piece.index, _PartialCall())
-                            if piece.id:
-                                partial.id = piece.id
-                            if piece.function is not None:
-                                if piece.function.name:
-                                    partial.name += piece.function.name
-                                if piece.function.arguments:
-                                    partial.arguments.append(piece.function.arguments)
-        except openai.APITimeoutError as exc:
-            raise LLMError(f"the model provider did not answer in time ({exc})") from exc
-        except openai.APIConnectionError as exc:
-            raise LLMError(
-                f"could not reach the model provider at {self.client.base_url} ({exc})"
-            ) from exc
-        except openai.APIStatusError as exc:
-            raise LLMError(
-                f"the model provider answered HTTP {exc.status_code}: {_error_message(exc)}"
+            async with asyncio.timeout(self.stall_timeout_s):
+                stream = await self.client.chat.completions.create(**request)
+        except TimeoutError as exc:
+            raise _Transient(
+                stall, f"the model provider sent nothing for {self.stall_timeout_s:g} s"
             ) from exc
         except openai.OpenAIError as exc:
-            raise LLMError(f"the model provider's answer could not be read ({exc})") from exc
-        tool_calls = tuple(
-            ToolCall(
-                id=partial.id or f"call_{index}",
-                name=partial.name,
-                arguments="".join(partial.arguments),
+            raise self._failure(exc, streaming=False) from exc
+        async with stream:
+            chunks = aiter(stream)
+            while True:
+                try:
+                    async with asyncio.timeout(self.stall_timeout_s):
+                        chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError as exc:
+                    raise _Transient(
+                        stall,
+                        f"the model provider's answer stalled for {self.stall_timeout_s:g} s",
+                    ) from exc
+                except openai.OpenAIError as exc:
+                    raise self._failure(exc, streaming=True) from exc
+                yield chunk
+
+    def _failure(self, exc: openai.OpenAIError, *, streaming: bool) -> _Transient:
+        """Sort a provider failure: a `_Transient` to retry, or raise `LLMError`."""
+        if isinstance(exc, openai.APITimeoutError):
+            return _Transient("timed out", f"the model provider did not answer in time ({exc})")
+        if isinstance(exc, openai.APIConnectionError):
+            if streaming:
+                return _Transient(
+                    "connection dropped", f"the model provider's answer broke off ({exc})"
+                )
+            return _Transient(
+                "could not connect",
+                f"could not reach the model provider at {self.client.base_url} ({exc})",
             )
-            for index, partial in sorted(calls.items())
-        )
-        yield LLMResponse(
-            text="".join(text), tool_calls=tool_calls, usage=usage, finish_reason=finish_reason
-        )
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            message = _error_message(exc)
+            detail = f"the model provider answered HTTP {status}: {message}"
+            if _is_context_length(exc, message):
+                raise ContextLengthError(
+                    detail, limit=_first_int(_LIMIT, message), tokens=_first_int(_TOKENS, message)
+                ) from exc
+            if status == 429:
+                return _Transient("rate limited", detail, _retry_after(exc.response.headers))
+            if status >= 500 or status in _RETRIED_CLIENT_STATUSES:
+                reason = "timed out" if status == 408 else f"server error {status}"
+                return _Transient(reason, detail, _retry_after(exc.response.headers))
+            raise LLMError(detail) from exc
+        if isinstance(exc, openai.APIError) and streaming:
+            # An error event inside the stream: the provider gave up on this answer.
+            return _Transient(
+                "connection dropped", f"the model provider's answer broke off ({exc})"
+            )
+        raise LLMError(f"the model provider's answer could not be read ({exc})") from exc
+
+    def _backoff(self, retry: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            # The provider said when; a little spread keeps waiting runs out of step.
+            return retry_after + random.uniform(0, min(1.0, retry_after / 10))
+        ceiling = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (retry - 1))
+        return random.uniform(ceiling / 2, ceiling)
 
 
 def _error_message(exc: openai.APIStatusError) -> str:
@@ -127,3 +302,43 @@ def _error_message(exc: openai.APIStatusError) -> str:
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             return error["message"]
     return exc.message
+
+
+def _is_context_length(exc: openai.APIStatusError, message: str) -> bool:
+    if exc.status_code not in (400, 413, 422):
+        return False
+    body = exc.body
+    error = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(error, dict) and error.get("code") == "context_length_exceeded":
+        return True
+    return bool(_CONTEXT_LENGTH.search(message))
+
+
+def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
+    match = pattern.search(text)
+    if match is None:
+        return None
+    return int(next(group for group in match.groups() if group is not None))
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds the provider asked us to wait (`retry-after-ms`, `retry-after`), if any."""
+    if headers is None:
+        return None
+    if (millis := headers.get("retry-after-ms")) is not None:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
