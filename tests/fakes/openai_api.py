@@ -5,6 +5,11 @@ client can talk to it (``base_url=fake.url``). Tests script the replies up front
 a FIFO queue (``fake.script(...)``) or with a ``fake.responder`` callable, and inspect
 ``fake.requests`` afterwards.
 
+Bad days can be scripted too: ``ErrorBurst`` answers 429s or 5xx for a while or a number
+of requests, ``Reply(stall_after=…)`` stops sending mid-stream, ``Reply(drop_after=…)``
+closes the connection mid-stream, and ``FakeOpenAI(context_window=N)`` refuses requests
+longer than ``N`` tokens as OpenAI does (HTTP 400, ``context_length_exceeded``).
+
 Example:
     async with FakeOpenAI() as fake:
         fake.script(Reply(text="hello"), Reply(tool_calls=[ToolCallSpec("ls", {"path": "."})]))
@@ -22,6 +27,7 @@ import itertools
 import json
 import time
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +37,7 @@ from typing import Any, Self
 from aiohttp import web
 
 __all__ = [
+    "ErrorBurst",
     "ErrorReply",
     "FakeOpenAI",
     "Hang",
@@ -40,6 +47,7 @@ __all__ = [
     "ScriptedReply",
     "ToolCallSpec",
     "Usage",
+    "count_prompt_tokens",
 ]
 
 DEFAULT_MODEL = "fake-model"
@@ -109,6 +117,9 @@ class Reply:
         delay: Seconds to wait before answering at all.
         chunk_delay: Seconds to wait between streamed chunks (streaming only).
         finish_reason: Defaults to ``"tool_calls"`` when there are tool calls, else ``"stop"``.
+        stall_after: Stream this many chunks (the role chunk counts), then send nothing
+            more, holding the connection open until the client gives up.
+        drop_after: Stream this many chunks, then close the connection without finishing.
     """
 
     text: str = ""
@@ -117,6 +128,8 @@ class Reply:
     delay: float = 0.0
     chunk_delay: float = 0.0
     finish_reason: str | None = None
+    stall_after: int | None = None
+    drop_after: int | None = None
 
     @property
     def effective_finish_reason(self) -> str:
@@ -134,11 +147,56 @@ class ErrorReply:
         status: HTTP status code (500 -> ``InternalServerError``, 429 -> ``RateLimitError``...).
         message: ``error.message`` in the body.
         delay: Seconds to wait before answering.
+        retry_after: Sent as the ``Retry-After`` header: seconds, or a string sent as is
+            (an HTTP date).
+        retry_after_ms: Sent as the ``retry-after-ms`` header.
+        code: ``error.code`` in the body.
+        error_type: ``error.type`` in the body.
     """
 
     status: int = 500
     message: str = "internal error"
     delay: float = 0.0
+    retry_after: float | str | None = None
+    retry_after_ms: float | None = None
+    code: str | None = None
+    error_type: str = "server_error"
+
+    def headers(self) -> dict[str, str]:
+        """The response headers this error carries."""
+        headers: dict[str, str] = {}
+        if self.retry_after is not None:
+            value = self.retry_after
+            headers["Retry-After"] = value if isinstance(value, str) else f"{value:g}"
+        if self.retry_after_ms is not None:
+            headers["retry-after-ms"] = f"{self.retry_after_ms:g}"
+        return headers
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ErrorBurst:
+    """A scripted stretch of errors: every request gets ``error`` until the burst is over.
+
+    Put it in the queue with ``fake.script(...)``; it does not use up the replies after it.
+    The burst starts with the first request it answers and is over once ``count`` requests
+    were answered or ``duration`` seconds have passed, whichever comes first (at least one
+    of them must be given); the next request then takes the next scripted reply.
+
+    Attributes:
+        error: The answer to each request during the burst.
+        duration: Seconds the burst lasts.
+        count: Requests the burst answers.
+    """
+
+    error: ErrorReply = field(
+        default_factory=lambda: ErrorReply(status=429, message="Rate limit reached")
+    )
+    duration: float | None = None
+    count: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.duration is None and self.count is None:
+            raise ValueError("an ErrorBurst needs a duration or a count")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +205,7 @@ class Hang:
 
 
 ScriptedReply = Reply | ErrorReply | Hang
+Scripted = ScriptedReply | ErrorBurst
 Responder = Callable[["RecordedRequest"], "ScriptedReply | Awaitable[ScriptedReply]"]
 
 
@@ -160,10 +219,13 @@ class RecordedRequest:
     Attributes:
         body: The parsed JSON body.
         headers: Request headers, with lower-cased names.
+        prompt_tokens: The request's size in o200k tokens, as the fake counts it (see
+            ``count_prompt_tokens``); reported as ``usage.prompt_tokens``.
     """
 
     body: dict[str, Any]
     headers: dict[str, str]
+    prompt_tokens: int = 0
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -205,8 +267,65 @@ def _chunks(text: str, size: int) -> Iterator[str]:
         yield text[start : start + size]
 
 
-def _error_body(message: str, error_type: str = "server_error") -> dict[str, Any]:
-    return {"error": {"message": message, "type": error_type, "param": None, "code": None}}
+def _error_body(
+    message: str,
+    error_type: str = "server_error",
+    *,
+    code: str | None = None,
+    param: str | None = None,
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+# Tokens added per message (role and separators) and once per request (the reply's
+# priming), roughly as OpenAI's own counting guide has it.
+MESSAGE_OVERHEAD_TOKENS = 3
+REQUEST_OVERHEAD_TOKENS = 3
+_encoding: Any = None
+
+
+def _tokens(text: str) -> int:
+    global _encoding
+    if not text:
+        return 0
+    if _encoding is None:
+        # bpe_openai reads its tables with importlib.resources.open_binary, deprecated.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import bpe_openai
+
+            _encoding = bpe_openai.get_encoding("o200k_base")
+    return len(_encoding.encode_ordinary(text))
+
+
+def count_prompt_tokens(body: dict[str, Any]) -> int:
+    """Count a chat request's tokens the way the fake enforces its context window.
+
+    Every message's content (text parts of a list too), name, and tool calls (name and
+    arguments), plus ``MESSAGE_OVERHEAD_TOKENS`` a message, plus the tool schemas as
+    JSON, plus ``REQUEST_OVERHEAD_TOKENS``.
+    """
+    total = REQUEST_OVERHEAD_TOKENS
+    for message in body.get("messages") or []:
+        if not isinstance(message, dict):
+            continue
+        total += MESSAGE_OVERHEAD_TOKENS
+        content = message.get("content")
+        if isinstance(content, str):
+            total += _tokens(content)
+        elif isinstance(content, list):
+            total += sum(
+                _tokens(part.get("text") or "") for part in content if isinstance(part, dict)
+            )
+        if isinstance(message.get("name"), str):
+            total += _tokens(message["name"])
+        for call in message.get("tool_calls") or []:
+            function = (call.get("function") or {}) if isinstance(call, dict) else {}
+            total += _tokens(str(function.get("name") or ""))
+            total += _tokens(str(function.get("arguments") or ""))
+    if tools := body.get("tools"):
+        total += _tokens(json.dumps(tools))
+    return total
 
 
 class FakeOpenAI:
@@ -216,27 +335,36 @@ class FakeOpenAI:
     ``GET /v1/models`` on ``127.0.0.1`` with an ephemeral port.
 
     Attributes:
+        context_window: When set, requests counted at more tokens than this are refused
+            with OpenAI's HTTP 400 ``context_length_exceeded`` error.
         requests: Every chat completion request received, in arrival order.
         unexpected: Requests that arrived when no scripted reply was left (answered 500).
         errors: Exceptions raised by ``responder`` (the request was answered 500).
         responder: When set, called with each request to produce the reply (sync or async);
             takes precedence over the scripted queue.
+        in_flight: Chat requests being answered right now.
+        max_in_flight: The most chat requests ever answered at once.
     """
 
-    def __init__(self, *, chunk_size: int = 8) -> None:
+    def __init__(self, *, chunk_size: int = 8, context_window: int | None = None) -> None:
         """Create a stopped fake server.
 
         Args:
             chunk_size: Characters per streamed content / arguments chunk.
+            context_window: Tokens a request may hold; unlimited when ``None``.
         """
         if chunk_size < 1:
             raise ValueError("chunk_size must be >= 1")
         self.chunk_size = chunk_size
+        self.context_window = context_window
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._burst_state: dict[int, tuple[float, int]] = {}
         self.requests: list[RecordedRequest] = []
         self.unexpected: list[RecordedRequest] = []
         self.errors: list[BaseException] = []
         self.responder: Responder | None = None
-        self._queue: deque[ScriptedReply] = deque()
+        self._queue: deque[Scripted] = deque()
         self._models_seen: list[str] = []
         self._call_ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -296,14 +424,15 @@ class FakeOpenAI:
 
     # ----------------------------------------------------------------- scripting
 
-    def script(self, *replies: ScriptedReply) -> None:
+    def script(self, *replies: Scripted) -> None:
         """Append replies to the FIFO queue used when no ``responder`` is set.
 
         Args:
-            *replies: ``Reply``, ``ErrorReply`` or ``Hang`` values, answered in order.
+            *replies: ``Reply``, ``ErrorReply``, ``Hang`` or ``ErrorBurst`` values,
+                answered in order.
         """
         for reply in replies:
-            if not isinstance(reply, Reply | ErrorReply | Hang):
+            if not isinstance(reply, Reply | ErrorReply | Hang | ErrorBurst):
                 raise TypeError(f"not a scripted reply: {reply!r}")
         self._queue.extend(replies)
 
@@ -349,10 +478,27 @@ class FakeOpenAI:
                 self.errors.append(TypeError(message))
                 return ErrorReply(status=500, message=message)
             return result
+        while self._queue and isinstance(burst := self._queue[0], ErrorBurst):
+            if (answer := self._burst_answer(burst)) is not None:
+                return answer
+            self._queue.popleft()
         if not self._queue:
             self.unexpected.append(recorded)
             return ErrorReply(status=500, message=NO_REPLY_MESSAGE)
-        return self._queue.popleft()
+        reply = self._queue.popleft()
+        assert not isinstance(reply, ErrorBurst)
+        return reply
+
+    def _burst_answer(self, burst: ErrorBurst) -> ErrorReply | None:
+        """The burst's error for one more request, or None once the burst is over."""
+        now = time.monotonic()
+        started, answered = self._burst_state.get(id(burst), (now, 0))
+        if burst.count is not None and answered >= burst.count:
+            return None
+        if burst.duration is not None and now - started >= burst.duration:
+            return None
+        self._burst_state[id(burst)] = (started, answered + 1)
+        return burst.error
 
     def _tool_call_ids(self, reply: Reply) -> list[str]:
         return [call.id or f"call_{next(self._call_ids)}" for call in reply.tool_calls]
@@ -361,14 +507,11 @@ class FakeOpenAI:
     def _usage(reply: Reply, recorded: RecordedRequest) -> dict[str, int]:
         if reply.usage is not None:
             return reply.usage.to_json()
-        prompt_chars = len(json.dumps(recorded.messages)) + len(
-            json.dumps(recorded.body.get("tools") or [])
-        )
         completion_chars = len(reply.text) + sum(
             len(call.name) + len(call.arguments_json) for call in reply.tool_calls
         )
         return Usage(
-            prompt_tokens=prompt_chars // 4 + 1, completion_tokens=completion_chars // 4 + 1
+            prompt_tokens=recorded.prompt_tokens, completion_tokens=completion_chars // 4 + 1
         ).to_json()
 
     # ----------------------------------------------------------------- handlers
@@ -382,6 +525,14 @@ class FakeOpenAI:
         return web.json_response({"object": "list", "data": data})
 
     async def _handle_chat(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._answer_chat(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer_chat(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await request.json()
         except ValueError:
@@ -395,12 +546,24 @@ class FakeOpenAI:
                 status=400,
             )
         recorded = RecordedRequest(
-            body=body, headers={k.lower(): v for k, v in request.headers.items()}
+            body=body,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            prompt_tokens=count_prompt_tokens(body),
         )
         self.requests.append(recorded)
         model = recorded.model or DEFAULT_MODEL
         if model not in self._models_seen:
             self._models_seen.append(model)
+        if self.context_window is not None and recorded.prompt_tokens > self.context_window:
+            message = (
+                f"This model's maximum context length is {self.context_window} tokens. "
+                f"However, your messages resulted in {recorded.prompt_tokens} tokens. "
+                "Please reduce the length of the messages."
+            )
+            body = _error_body(
+                message, "invalid_request_error", code="context_length_exceeded", param="messages"
+            )
+            return web.json_response(body, status=400)
 
         reply = await self._next_reply(recorded)
         if isinstance(reply, Hang):
@@ -409,7 +572,11 @@ class FakeOpenAI:
             return web.json_response(_error_body("FakeOpenAI: server stopping"), status=503)
         await self._sleep(reply.delay)
         if isinstance(reply, ErrorReply):
-            return web.json_response(_error_body(reply.message), status=reply.status)
+            return web.json_response(
+                _error_body(reply.message, reply.error_type, code=reply.code),
+                status=reply.status,
+                headers=reply.headers(),
+            )
         if recorded.stream:
             return await self._stream(request, recorded, reply, model)
         return web.json_response(self._completion(recorded, reply, model))
@@ -501,6 +668,15 @@ class FakeOpenAI:
         await response.prepare(request)
         try:
             for position, event in enumerate(events):
+                if position == reply.stall_after:
+                    # Cancelled by aiohttp when the client disconnects; released by stop().
+                    await self._stopping.wait()
+                    return response
+                if position == reply.drop_after:
+                    # Mid-body, with no last chunk: the client sees the connection break.
+                    if request.transport is not None:
+                        request.transport.abort()
+                    return response
                 if position:
                     await self._sleep(reply.chunk_delay)
                 await response.write(f"data: {json.dumps(event)}\n\n".encode())
