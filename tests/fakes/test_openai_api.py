@@ -14,6 +14,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from tests.fakes.openai_api import (
+    ErrorBurst,
     ErrorReply,
     FakeOpenAI,
     Hang,
@@ -21,6 +22,7 @@ from tests.fakes.openai_api import (
     Reply,
     ToolCallSpec,
     Usage,
+    count_prompt_tokens,
 )
 
 MODEL = "gpt-test"
@@ -466,3 +468,176 @@ async def test_client_abandoning_stream_midway(fake: FakeOpenAI, client: AsyncOp
 
     completion = await client.chat.completions.create(model=MODEL, messages=MESSAGES)
     assert completion.choices[0].message.content == "after"
+
+
+# --------------------------------------------------------------------------- bad days
+
+
+async def test_error_reply_carries_retry_after_and_code(
+    fake: FakeOpenAI, client: AsyncOpenAI
+) -> None:
+    fake.script(
+        ErrorReply(status=429, message="slow down", retry_after=2.5, retry_after_ms=2500),
+        ErrorReply(status=503, retry_after="Wed, 21 Oct 2015 07:28:00 GMT", code="overloaded"),
+    )
+
+    with pytest.raises(openai.RateLimitError) as rate:
+        await collect_stream(client)
+    with pytest.raises(openai.InternalServerError) as server:
+        await collect_stream(client)
+
+    assert rate.value.response.headers["retry-after"] == "2.5"
+    assert rate.value.response.headers["retry-after-ms"] == "2500"
+    assert server.value.status_code == 503
+    assert server.value.response.headers["retry-after"] == "Wed, 21 Oct 2015 07:28:00 GMT"
+    assert isinstance(server.value.body, dict) and server.value.body["code"] == "overloaded"
+
+
+async def test_error_burst_by_count_then_the_next_reply(
+    fake: FakeOpenAI, client: AsyncOpenAI
+) -> None:
+    fake.script(
+        ErrorBurst(error=ErrorReply(status=503, message="busy"), count=3), Reply(text="back")
+    )
+
+    for _ in range(3):
+        with pytest.raises(openai.InternalServerError):
+            await collect_stream(client)
+    chunks = await collect_stream(client)
+
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "back"
+    assert len(fake.requests) == 4
+    fake.assert_all_used()
+
+
+async def test_error_burst_by_duration(fake: FakeOpenAI, client: AsyncOpenAI) -> None:
+    fake.script(ErrorBurst(duration=0.3), Reply(text="ok"))
+
+    started = time.monotonic()
+    refused = 0
+    while True:
+        try:
+            await collect_stream(client)
+        except openai.RateLimitError:
+            refused += 1
+            await asyncio.sleep(0.05)
+            continue
+        break
+
+    assert refused >= 2
+    assert time.monotonic() - started >= 0.3
+    fake.assert_all_used()
+
+
+def test_error_burst_needs_an_end() -> None:
+    with pytest.raises(ValueError):
+        ErrorBurst()
+
+
+async def test_stall_after_sends_some_chunks_then_nothing(fake: FakeOpenAI) -> None:
+    fake.script(Reply(text="abcdefghijklmnop", stall_after=2))
+    api = AsyncOpenAI(api_key="sk-test", base_url=fake.url, max_retries=0, timeout=0.5)
+    chunks: list[Any] = []
+    try:
+        stream = await api.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+        with pytest.raises(openai.APITimeoutError):
+            async with stream:
+                async for chunk in stream:
+                    chunks.append(chunk)
+    finally:
+        await api.close()
+
+    assert len(chunks) == 2
+    assert chunks[1].choices[0].delta.content == "abcdefgh"
+
+
+async def test_drop_after_breaks_the_connection_mid_stream(
+    fake: FakeOpenAI, client: AsyncOpenAI
+) -> None:
+    fake.script(Reply(text="abcdefghijklmnop", drop_after=2), Reply(text="fine"))
+    chunks: list[Any] = []
+
+    stream = await client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+    with pytest.raises(openai.APIConnectionError):
+        async with stream:
+            async for chunk in stream:
+                chunks.append(chunk)
+
+    assert len(chunks) == 2
+    # The server goes on answering other requests.
+    assert len(await collect_stream(client)) > 1
+
+
+async def test_in_flight_is_counted(fake: FakeOpenAI, client: AsyncOpenAI) -> None:
+    fake.script(*(Reply(text="x", delay=0.2) for _ in range(3)))
+
+    await asyncio.gather(*(collect_stream(client) for _ in range(3)))
+
+    assert fake.max_in_flight == 3
+    assert fake.in_flight == 0
+
+
+def test_count_prompt_tokens_counts_messages_tool_calls_and_tools() -> None:
+    base = count_prompt_tokens({"messages": [{"role": "user", "content": "hello world"}]})
+    # hello world is two o200k tokens; three for the message, three for the request.
+    assert base == 2 + 3 + 3
+    with_call = count_prompt_tokens(
+        {
+            "messages": [
+                {"role": "user", "content": "hello world"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "c1", "function": {"name": "ls", "arguments": '{"path": "."}'}}
+                    ],
+                },
+            ]
+        }
+    )
+    assert with_call > base + 3
+    with_tools = count_prompt_tokens(
+        {"messages": [{"role": "user", "content": "hello world"}], "tools": TOOLS}
+    )
+    assert with_tools > base + 20
+    parts = count_prompt_tokens(
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "hello world"}]}]}
+    )
+    assert parts == base
+
+
+async def test_usage_reports_the_counted_prompt_tokens(
+    fake: FakeOpenAI, client: AsyncOpenAI
+) -> None:
+    fake.script(Reply(text="hi"))
+
+    chunks = await collect_stream(client, tools=TOOLS, stream_options={"include_usage": True})
+
+    counted = fake.requests[0].prompt_tokens
+    assert counted == count_prompt_tokens(fake.requests[0].body) > 0
+    assert chunks[-1].usage.prompt_tokens == counted
+
+
+async def test_context_window_refuses_long_requests_like_openai() -> None:
+    async with FakeOpenAI(context_window=50) as fake:
+        fake.script(Reply(text="short is fine"))
+        api = AsyncOpenAI(api_key="sk-test", base_url=fake.url, max_retries=0)
+        try:
+            await collect_stream(api)
+            long = [{"role": "user", "content": "word " * 200}]
+            with pytest.raises(openai.BadRequestError) as info:
+                await api.chat.completions.create(model=MODEL, messages=long, stream=True)
+        finally:
+            await api.close()
+
+    counted = fake.requests[1].prompt_tokens
+    assert counted > 200
+    assert info.value.status_code == 400
+    assert info.value.body == {
+        "message": f"This model's maximum context length is 50 tokens. However, your "
+        f"messages resulted in {counted} tokens. Please reduce the length of the messages.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+    fake.assert_all_used()
