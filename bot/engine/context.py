@@ -61,6 +61,8 @@ class Fitted:
     trimmed: int = 0
     dropped: int = 0
     cut: int = 0
+    # Tokens the newest turn would give up to fit (it keeps at least half the budget).
+    newest_shrink: int = 0
 
     @property
     def fits(self) -> bool:
@@ -129,8 +131,28 @@ def fit(
         total += size - sizes[i]
         sizes[i] = size
         trimmed += 1
+    newest_tokens = sum(sizes[newest:])
+    newest_shrink = max(0, newest_tokens - budget // 2)
     if total <= budget or not drop:
-        return Fitted(messages=work, tokens=total, budget=budget, trimmed=trimmed)
+        return Fitted(
+            messages=work,
+            tokens=total,
+            budget=budget,
+            trimmed=trimmed,
+            newest_shrink=newest_shrink,
+        )
+
+    # An oversized newest turn gives up its bulk before older messages go for it: at
+    # most half of the budget, so the previous exchange stays with it.
+    cut = 0
+    if newest_shrink:
+        items: list[tuple[int | None, ChatMessage]] = list(enumerate(work))
+        outputs = [i for i in range(newest, len(work)) if work[i].role == "tool"]
+        outputs.sort(key=lambda i: -sizes[i])
+        target = total - min(newest_shrink, total - budget)
+        total, cut = _shrink(items, outputs, total, target, counter)
+        work = [m for _, m in items]
+        sizes = [counter.message(m) for m in work]
 
     kept = [True] * len(work)
     dropped = 0
@@ -156,9 +178,9 @@ def fit(
             gap = 0
         result.append((i, message))
     total = counter.messages([m for _, m in result])
-    cut = 0
     if total > budget:
-        total, cut = _cut_kept(result, total, budget, counter, newest)
+        total, more = _cut_kept(result, total, budget, counter, newest)
+        cut = max(cut, more)
     return Fitted(
         messages=[m for _, m in result],
         tokens=total,
@@ -245,20 +267,36 @@ def _cut_kept(
         for p, (index, message) in enumerate(result)
         if index is not None and message.role != "system" and message.content
     ]
+    return _shrink(result, sorted(candidates, key=order), total, budget, counter)
+
+
+def _shrink(
+    items: list[tuple[int | None, ChatMessage]],
+    positions: list[int],
+    total: int,
+    target: int,
+    counter: TokenCounter,
+) -> tuple[int, int]:
+    """Cut the messages at `positions`, in that order, until `total` is down to `target`.
+
+    Changes `items` in place; returns the new total and how many messages were cut.
+    """
     cut: set[int] = set()
     for _ in range(3):  # token density varies along a text: a second pass mops up
-        for position in sorted(candidates, key=order):
-            over = total - budget
+        for position in positions:
+            over = total - target
             if over <= 0:
                 return total, len(cut)
-            index, message = result[position]
+            index, message = items[position]
             content = message.content or ""
             tokens = counter.text(content)
-            target = max(MIN_KEEP_TOKENS, tokens - over - 24)
-            if target >= tokens:
+            if not tokens:
                 continue
-            shorter = replace(message, content=cut_text(content, len(content) * target // tokens))
+            keep = max(MIN_KEEP_TOKENS, tokens - over - 24)
+            if keep >= tokens:
+                continue
+            shorter = replace(message, content=cut_text(content, len(content) * keep // tokens))
             total += counter.message(shorter) - counter.message(message)
-            result[position] = (index, shorter)
+            items[position] = (index, shorter)
             cut.add(position)
     return total, len(cut)

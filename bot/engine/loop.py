@@ -259,8 +259,8 @@ class Engine:
                 self.counter.calibrate(self.model, estimated=sent, reported=exc.tokens)
             else:
                 self.counter.distrust(self.model)
-            if exc.limit and (self.context_window is None or exc.limit < self.context_window):
-                self.context_window = exc.limit
+            if exc.limit:
+                self.counter.learn_window(self.model, exc.limit)
             fitted, more = await self._fit(
                 conversation, emit, fold=True, limit=int(fitted.tokens * RETRY_SHARE)
             )
@@ -281,8 +281,9 @@ class Engine:
     def _budget(self, limit: int | None) -> int:
         """Counted tokens the messages of a request may take."""
         budget = sys.maxsize
-        if self.context_window is not None:
-            usable = self.context_window - reply_reserve(self.context_window)
+        window = self.counter.window(self.model, self.context_window)
+        if window is not None:
+            usable = window - reply_reserve(window)
             budget = self.counter.budget(self.model, usable) - self._count_tools()
         if limit is not None:
             budget = min(budget, limit)
@@ -315,7 +316,10 @@ class Engine:
         result = fitted(drop=False)
         folded = 0
         spent = Usage()
-        if (fold or not result.fits) and self.compactor is not None:
+        # Folding is for history: an oversized newest turn is cut to half the budget
+        # anyway, and only what is left over after that asks for a summary.
+        excess = result.tokens - budget
+        if (fold or excess > result.newest_shrink) and self.compactor is not None:
             folded, spent = await self._fold(conversation, budget)
             if folded:
                 result = fitted(drop=False)

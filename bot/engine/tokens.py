@@ -17,6 +17,12 @@ from typing import Any
 
 from bot.engine.messages import ChatMessage
 
+with warnings.catch_warnings():
+    # bpe-openai reads its tables with importlib.resources.open_binary, which Python
+    # 3.11 calls deprecated, as it is imported; nothing to act on here.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import bpe_openai
+
 ENCODING = "o200k_base"
 # Chat framing the provider adds around each message, each tool call and the request.
 MESSAGE_OVERHEAD = 4
@@ -37,11 +43,7 @@ _FALL = 0.2
 @functools.cache
 def _encoding() -> Any:
     with warnings.catch_warnings():
-        # bpe-openai reads its tables with importlib.resources.open_binary, which
-        # Python 3.11 calls deprecated; nothing to act on here.
         warnings.simplefilter("ignore", DeprecationWarning)
-        import bpe_openai  # loaded on first count, not when Baton starts
-
         return bpe_openai.get_encoding(ENCODING)
 
 
@@ -64,6 +66,8 @@ class TokenCounter:
 
     def __init__(self) -> None:
         self._ratios: dict[str, float] = {}
+        # Windows providers stated when they refused a request (smaller than configured).
+        self._windows: dict[str, int] = {}
 
     def text(self, text: str | None) -> int:
         return _count_text(text) if text else 0
@@ -96,6 +100,17 @@ class TokenCounter:
     def distrust(self, model: str, factor: float = 1.25) -> None:
         """The provider found a request longer than counted: count `model` higher."""
         self._ratios[model] = min(MAX_RATIO, self.ratio(model) * factor)
+
+    def learn_window(self, model: str, tokens: int) -> None:
+        """The provider said `model` takes at most `tokens`: later requests keep to it."""
+        self._windows[model] = min(tokens, self._windows.get(model, tokens))
+
+    def window(self, model: str, configured: int | None) -> int | None:
+        """The context window to fit `model`'s requests in: the configured or a learned one."""
+        learned = self._windows.get(model)
+        if learned is None or (configured is not None and configured <= learned):
+            return configured
+        return learned
 
     def scaled(self, model: str, tokens: int) -> int:
         """`tokens` counted here, as the provider of `model` is expected to count them."""
