@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.ack_latency
 	$(BIN)/python -m bench.sandbox
 	$(BIN)/python -m bench.queue
+	$(BIN)/python -m bench.context
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
