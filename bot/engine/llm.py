@@ -194,6 +194,8 @@ class LLMClient:
             request["parallel_tool_calls"] = True
         started = self._clock()
         retries = 0
+        reasons: list[str] = []  # what went wrong, each once, for the final error
+        first: _Transient | None = None  # often the cause; later failures may differ
         while True:
             answer = _Answer()
             streamed_text = False
@@ -206,13 +208,20 @@ class LLMClient:
                             yield TextChunk(text=text)
             except _Transient as failure:
                 retries += 1
+                first = first or failure
+                if failure.reason not in reasons:
+                    reasons.append(failure.reason)
                 wait = self._backoff(retries, failure.retry_after)
                 elapsed = self._clock() - started
                 if elapsed + wait > self.retry_deadline_s:
-                    raise LLMError(
-                        f"{failure.detail} — gave up after {retries} attempts in "
-                        f"{elapsed:.0f} s ({failure.reason})"
-                    ) from failure.__cause__
+                    message = (
+                        f"{first.detail} — gave up after {retries} "
+                        f"attempt{'s' if retries > 1 else ''} over {elapsed:.0f} s "
+                        f"({', '.join(reasons)})"
+                    )
+                    if failure.detail != first.detail:
+                        message += f"; last: {failure.detail}"
+                    raise LLMError(message) from failure.__cause__
                 yield ModelWaiting(
                     reason=failure.reason,
                     attempt=retries,

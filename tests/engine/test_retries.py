@@ -265,6 +265,23 @@ async def test_the_deadline_ends_the_run_with_its_partial_work(
     assert transcript[-1].content == "step done (1)"
 
 
+async def test_giving_up_says_what_kept_failing_first_and_last(
+    fake_llm: FakeOpenAI, openai_client: openai.AsyncOpenAI, fake_time: FakeTime
+) -> None:
+    fake_llm.script(
+        ErrorReply(status=429, message="slow down"),
+        ErrorBurst(error=ErrorReply(status=503, message="overloaded"), count=1000),
+    )
+
+    with pytest.raises(LLMError) as info:
+        await call(timed_llm(openai_client, fake_time, retry_deadline_s=10))
+
+    message = str(info.value)
+    assert message.startswith("the model provider answered HTTP 429: slow down — gave up after")
+    assert "(rate limited, server error 503); last: " in message
+    assert message.endswith("the model provider answered HTTP 503: overloaded")
+
+
 async def test_a_wait_past_the_deadline_is_not_begun(
     fake_llm: FakeOpenAI, openai_client: openai.AsyncOpenAI, fake_time: FakeTime
 ) -> None:
