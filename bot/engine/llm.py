@@ -286,7 +286,9 @@ class LLMClient:
             if status == 429:
                 return _Transient("rate limited", detail, _retry_after(exc.response.headers))
             if status >= 500 or status in _RETRIED_CLIENT_STATUSES:
-                reason = "timed out" if status == 408 else f"server error {status}"
+                reason = {408: "timed out", 409: "conflict, HTTP 409"}.get(
+                    status, f"server error {status}"
+                )
                 return _Transient(reason, detail, _retry_after(exc.response.headers))
             raise LLMError(detail) from exc
         if isinstance(exc, openai.APIError) and streaming:

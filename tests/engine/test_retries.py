@@ -192,7 +192,7 @@ async def test_passing_statuses_are_retried(
 
     assert response_of(items).text == "ok"
     [waiting] = waits_of(items)
-    expected = "timed out" if status == 408 else f"server error {status}"
+    expected = {408: "timed out", 409: "conflict, HTTP 409"}.get(status, f"server error {status}")
     assert (waiting.reason, waiting.attempt, waiting.discard_text) == (expected, 1, False)
 
 
