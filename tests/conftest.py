@@ -12,10 +12,12 @@ import openai
 import pytest
 
 from bot.app import Baton, build_baton
-from bot.config import PermissionsConfig, SandboxConfig, Settings
+from bot.config import ModelCallsConfig, PermissionsConfig, SandboxConfig, Settings
 from bot.engine.llm import LLMClient
 from bot.tools.workspace import Workspace
 from tests.fakes.openai_api import FakeOpenAI
+
+TEST_RETRY_DEADLINE_S = 2.0
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
@@ -75,7 +77,7 @@ async def fake_llm() -> AsyncIterator[FakeOpenAI]:
 @pytest.fixture
 async def llm(fake_llm: FakeOpenAI) -> AsyncIterator[LLMClient]:
     client = openai.AsyncOpenAI(api_key="sk-test", base_url=fake_llm.url, max_retries=0)
-    yield LLMClient(client)
+    yield LLMClient(client, retry_deadline_s=TEST_RETRY_DEADLINE_S)
     await client.close()
 
 
@@ -114,6 +116,9 @@ def make_settings(tmp_path: Path, llm_url: str, **overrides: Any) -> Settings:
         "agent_dirs": (tmp_path / "agents",),
         "permissions": PermissionsConfig(),
         "sandbox": SandboxConfig(),
+        # A provider that keeps failing is given up on quickly: tests of retries set
+        # their own deadlines.
+        "model_calls": ModelCallsConfig(retry_deadline_s=TEST_RETRY_DEADLINE_S),
     }
     values.update(overrides)
     return Settings(**values)

@@ -24,6 +24,7 @@ from bot.engine import (
     ToolStart,
 )
 from bot.tools import ToolRegistry, Workspace, build_workspace_tools
+from tests.conftest import TEST_RETRY_DEADLINE_S
 from tests.fakes.openai_api import ErrorReply, FakeOpenAI, Hang, Reply, ToolCallSpec, Usage
 from tests.processes import alive
 
@@ -209,7 +210,9 @@ async def test_provider_timeout_becomes_an_error_event(
     )
     try:
         fake_llm.script(Hang())
-        events = await collect(make_engine(LLMClient(client), workspace), "hi")
+        events = await collect(
+            make_engine(LLMClient(client, retry_deadline_s=TEST_RETRY_DEADLINE_S), workspace), "hi"
+        )
     finally:
         await client.close()
     errors = [e for e in events if isinstance(e, ErrorEvent)]
@@ -220,7 +223,9 @@ async def test_provider_timeout_becomes_an_error_event(
 async def test_unreachable_provider_becomes_an_error_event(workspace: Workspace) -> None:
     client = openai.AsyncOpenAI(api_key="sk-test", base_url="http://127.0.0.1:9/v1", max_retries=0)
     try:
-        events = await collect(make_engine(LLMClient(client), workspace), "hi")
+        events = await collect(
+            make_engine(LLMClient(client, retry_deadline_s=TEST_RETRY_DEADLINE_S), workspace), "hi"
+        )
     finally:
         await client.close()
     errors = [e for e in events if isinstance(e, ErrorEvent)]
