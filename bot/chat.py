@@ -32,6 +32,13 @@ from bot.subagents.runner import describe_event
 
 logger = logging.getLogger(__name__)
 
+CHAT_STOP_NOTES = {
+    "max_turns": " · stopped at the turn limit",
+    "budget": " · stopped at the token budget",
+    "length": " · answer cut at the model's output limit",
+    "content_filter": " · stopped by the provider's content filter",
+}
+
 STATE_MARKS = {"running": "●", "completed": "✓", "failed": "✗", "cancelled": "⊘"}
 
 HELP = """\
@@ -255,7 +262,7 @@ class TerminalChat:
         elif isinstance(event, ErrorEvent):
             self.line(f"✗ {self.redact(event.message)}")
         elif isinstance(event, Done):
-            note = " · stopped at the turn limit" if event.stop_reason == "max_turns" else ""
+            note = CHAT_STOP_NOTES.get(event.stop_reason, "")
             self.line(
                 f"── {event.turns} turn{'s' if event.turns != 1 else ''} · "
                 f"{event.usage.prompt_tokens:,} in / {event.usage.completion_tokens:,} out "

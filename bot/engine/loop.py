@@ -44,6 +44,14 @@ from bot.tools.base import DEFAULT_OUTPUT_LIMIT, ToolRegistry, cap_output, perso
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_TURNS = 50
+# An answer cut at the model's output limit is continued this many times at most.
+MAX_CONTINUATIONS = 2
+CONTINUE_PROMPT = (
+    "[Your answer was cut at your output limit. Continue exactly where it stopped, "
+    "without repeating anything.]"
+)
+CUT_NOTE = "[The answer was cut: the model reached its output limit.]"
+FILTERED_NOTE = "[The model provider's content filter stopped this answer.]"
 # After a context-length error the retried request is at most this share of the one refused.
 RETRY_SHARE = 0.75
 # History kept word for word by a compaction: at most this share of the budget.
@@ -173,6 +181,8 @@ class Engine:
         usage = Usage()
         turns = 0
         last_text = ""
+        cut_so_far = ""  # an answer cut at the output limit, being continued
+        continuations = 0
         stop: StopReason = "completed"
         try:
             while True:
@@ -189,7 +199,7 @@ class Engine:
                 if self.meter is not None:
                     await self.meter.charge(model=self.model, usage=response.usage, task_id=None)
                 if response.text:
-                    last_text = response.text
+                    last_text = cut_so_far + response.text
                 add(
                     ChatMessage(
                         role="assistant",
@@ -197,6 +207,22 @@ class Engine:
                         tool_calls=response.tool_calls,
                     )
                 )
+                if response.finish_reason == "content_filter":
+                    stop = "content_filter"
+                    last_text = f"{last_text}\n\n{FILTERED_NOTE}" if last_text else FILTERED_NOTE
+                    break
+                cut_so_far = ""
+                if response.finish_reason == "length" and not response.tool_calls:
+                    # The answer hit the model's output limit: let it go on where it
+                    # stopped, a few times, then say it was cut.
+                    if continuations < MAX_CONTINUATIONS and turns < self.max_turns:
+                        continuations += 1
+                        cut_so_far = last_text
+                        add(ChatMessage(role="user", content=CONTINUE_PROMPT))
+                        continue
+                    stop = "length"
+                    last_text = f"{last_text}\n\n{CUT_NOTE}" if last_text else CUT_NOTE
+                    break
                 if not response.tool_calls:
                     # Someone wrote while the model answered: answer them too. At the turn
                     # limit or with the budget spent the inbox is left alone, so its

@@ -42,6 +42,11 @@ logger = logging.getLogger(__name__)
 SHUTDOWN_REASON = "interrupted: Baton was shut down while it ran; start it again"
 BUDGET_REASON = "stopped: the run's token budget is spent"
 MAX_LOG_TEXT = 2_000
+# How a child's run ended, when the model's provider ended it.
+STOP_ERRORS = {
+    "length": "the answer was cut at the model's output limit",
+    "content_filter": "the provider's content filter stopped the answer",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,6 +121,8 @@ def describe_event(event: RunEvent) -> str | None:
             return f"✗ Stopped at the turn limit · {event.turns} turns · {tokens:,} tokens"
         if event.stop_reason == "budget":
             return f"✗ Stopped: the token budget is spent · {event.turns} turns · {tokens:,} tokens"
+        if event.stop_reason in STOP_ERRORS:
+            return f"✗ {STOP_ERRORS[event.stop_reason]} · {event.turns} turns · {tokens:,} tokens"
         return f"✗ Failed · {event.turns} turns · {tokens:,} tokens"
     return None
 
@@ -374,6 +381,8 @@ class SubAgentRunner:
                 error = f"stopped early at the limit of {engine.max_turns} turns"
             elif done.stop_reason == "budget":
                 error = BUDGET_REASON
+            elif done.stop_reason in STOP_ERRORS:
+                error = STOP_ERRORS[done.stop_reason]
         await self.tracker.finish(
             record.id,
             state=state,
