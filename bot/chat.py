@@ -17,8 +17,10 @@ from bot.config import Settings
 from bot.engine import (
     ApprovalDecision,
     ApprovalRequest,
+    Compacted,
     Done,
     ErrorEvent,
+    ModelWaiting,
     RunEvent,
     TextDelta,
     ToolResult,
@@ -261,6 +263,11 @@ class TerminalChat:
                 self.line(f"  ✓ {event.name}")
         elif isinstance(event, ErrorEvent):
             self.line(f"✗ {self.redact(event.message)}")
+        elif isinstance(event, ModelWaiting):
+            void = "; the answer above starts again" if event.discard_text else ""
+            self.line(f"… {event.describe()}{void}")
+        elif isinstance(event, Compacted) and event.newsworthy:
+            self.line(f"🗜 to fit the model's context window, {event.describe()}")
         elif isinstance(event, Done):
             note = CHAT_STOP_NOTES.get(event.stop_reason, "")
             self.line(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.openai_api import FakeOpenAI, Reply, ToolCallSpec
+from tests.fakes.openai_api import ErrorReply, FakeOpenAI, Reply, ToolCallSpec
 from tests.processes import bot_environment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,3 +158,16 @@ async def test_chat_runs_an_agent_directly_and_lists_tasks(
     history = [m["content"] for m in main_requests[0].messages]
     assert "@explore how long is the README?" in history
     assert any("The README is one line long." in str(c) for c in history)
+
+
+async def test_chat_says_when_it_waits_for_a_rate_limited_model(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.script(
+        ErrorReply(status=429, message="Rate limit reached", retry_after=0.2),
+        Reply(text="Here after the wait."),
+    )
+    code, out, err = await chat(tmp_path, fake_llm, "hello\n")
+    assert code == 0, err
+    assert "… waiting for the model (rate limited, retry 1; next try in 0.2 s)" in out
+    assert "Here after the wait." in out

@@ -72,6 +72,13 @@ class ModelWaiting:
     wait_s: float
     discard_text: bool = False
 
+    def describe(self) -> str:
+        """ "waiting for the model (rate limited, retry 2; next try in 4.0 s)"."""
+        return (
+            f"waiting for the model ({self.reason}, retry {self.attempt}; "
+            f"next try in {self.wait_s:.1f} s)"
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Compacted:
@@ -84,6 +91,26 @@ class Compacted:
     folded: int = 0
     dropped: int = 0
     trimmed: int = 0
+
+    @property
+    def newsworthy(self) -> bool:
+        """Folded or left out history; trimmed tool outputs alone are routine."""
+        return bool(self.folded or self.dropped)
+
+    def describe(self) -> str:
+        """ "compacted 40 earlier messages into a summary" (and/or what was left out)."""
+        parts = []
+        if self.folded:
+            parts.append(f"compacted {_earlier(self.folded)} into a summary")
+        if self.dropped:
+            parts.append(f"left out {_earlier(self.dropped)}")
+        if not parts:
+            parts.append(f"shortened {self.trimmed:,} old tool output{'s' * (self.trimmed != 1)}")
+        return " and ".join(parts)
+
+
+def _earlier(count: int) -> str:
+    return f"{count:,} earlier message{'s' if count != 1 else ''}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -442,8 +442,7 @@ class SlackThreads:
             self._show(progress, event)
             if isinstance(event, ErrorEvent):
                 errors.append(event.message)
-            elif isinstance(event, Compacted) and (event.folded or event.dropped):
-                # Trimmed tool outputs alone are routine; folding or leaving out is news.
+            elif isinstance(event, Compacted) and event.newsworthy:
                 await self._say(run, compaction_note(event))
             elif isinstance(event, Done):
                 done = event
@@ -690,21 +689,10 @@ class SlackThreads:
 
 def waiting_status(event: ModelWaiting) -> str:
     """The progress status while a model call waits to be retried."""
-    return (
-        f"⏳ Waiting for the model ({event.reason}, retry {event.attempt}; "
-        f"next try in {format_duration(event.wait_s)})"
-    )
+    text = event.describe()
+    return f"⏳ {text[:1].upper()}{text[1:]}"
 
 
 def compaction_note(event: Compacted) -> str:
     """The short thread note saying that earlier messages were folded or left out."""
-    parts = []
-    if event.folded:
-        parts.append(f"compacted {_messages(event.folded)} into a summary")
-    if event.dropped:
-        parts.append(f"left out {_messages(event.dropped)}")
-    return f"🗜 To fit the model's context window, I {' and '.join(parts)}."
-
-
-def _messages(count: int) -> str:
-    return f"{count:,} earlier message{'s' if count != 1 else ''}"
+    return f"🗜 To fit the model's context window, I {event.describe()}."
