@@ -206,6 +206,12 @@ class LLMClient:
                         if text := answer.add(chunk):
                             streamed_text = True
                             yield TextChunk(text=text)
+                if answer.finish_reason is None:
+                    # The stream ended without saying the answer was done: its tool calls
+                    # may be half built, its text half written. Not to be used.
+                    raise _Transient(
+                        "connection dropped", "the model provider's answer ended unfinished"
+                    )
             except _Transient as failure:
                 retries += 1
                 first = first or failure

@@ -1,0 +1,139 @@
+"""A hostile provider against the retry layer and the loop, over real HTTP.
+
+Streams the fake cannot script (a clean end with no finish, a trickle that never
+ends) come from a small SSE server of this file's own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import openai
+import pytest
+from aiohttp import web
+
+from bot.engine import Done, Engine, LLMClient, RunEvent
+from bot.tools.base import Tool, ToolArguments, ToolRegistry
+
+
+class StepArguments(ToolArguments):
+    path: str
+
+
+class StepTool(Tool):
+    name = "step"
+    description = "Do one step of the work."
+    arguments = StepArguments
+    read_only = True
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+
+    async def run(self, args: Any) -> str:
+        self.runs.append(args.path)
+        return f"step done on {args.path}"
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-x",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "fake-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def call_chunks(arguments: str) -> list[dict[str, Any]]:
+    first = {"index": 0, "id": "call_1", "type": "function",
+             "function": {"name": "step", "arguments": ""}}  # fmt: skip
+    return [
+        chunk({"role": "assistant", "content": None}),
+        chunk({"tool_calls": [first]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}),
+    ]
+
+
+Stream = Callable[[web.StreamResponse], Any]
+
+
+class RawSSE:
+    """Answers each chat request with the next scripted coroutine writing raw SSE."""
+
+    def __init__(self) -> None:
+        self.scripts: list[Stream] = []
+        self.requests: list[dict[str, Any]] = []
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(await request.json())
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await self.scripts.pop(0)(response)
+        return response
+
+    async def __aenter__(self) -> RawSSE:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.handle)
+        self.runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self.runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}/v1"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.runner is not None
+        await self.runner.cleanup()
+
+
+async def send(response: web.StreamResponse, events: list[dict[str, Any]], done: bool) -> None:
+    for event in events:
+        await response.write(f"data: {json.dumps(event)}\n\n".encode())
+    if done:
+        await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+
+
+@pytest.fixture
+async def raw() -> AsyncIterator[RawSSE]:
+    async with RawSSE() as server:
+        yield server
+
+
+def client_of(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(api_key="sk-test", base_url=url, max_retries=0)
+
+
+async def events_of(engine: Engine) -> list[RunEvent]:
+    return [e async for e in engine.run_stream("do the work")]
+
+
+async def test_a_stream_that_ends_cleanly_mid_tool_call_runs_nothing(raw: RawSSE) -> None:
+    """No finish_reason and no [DONE]: the answer is incomplete, not a call to run."""
+    step = StepTool()
+
+    async def cut_short(response: web.StreamResponse) -> None:
+        await send(response, call_chunks('{"path": "a"}'), done=False)
+
+    async def whole(response: web.StreamResponse) -> None:
+        events = [*call_chunks('{"path": "b"}'), chunk({}, "tool_calls")]
+        await send(response, events, done=True)
+
+    async def answer(response: web.StreamResponse) -> None:
+        await send(response, [chunk({"content": "done"}), chunk({}, "stop")], done=True)
+
+    raw.scripts += [cut_short, whole, answer]
+    client = client_of(raw.url)
+    engine = Engine(
+        llm=LLMClient(client, retry_deadline_s=5), model="fake-model", tools=ToolRegistry([step])
+    )
+    events = await events_of(engine)
+    await client.close()
+    assert step.runs == ["b"]
+    done = events[-1]
+    assert isinstance(done, Done) and done.final_text == "done"
