@@ -28,6 +28,9 @@ from bot.errors import ContextLengthError, LLMError
 DEFAULT_MAX_CONCURRENT = 32
 DEFAULT_RETRY_DEADLINE_S = 120.0
 DEFAULT_STALL_TIMEOUT_S = 60.0
+# One answer, from the request to its last chunk: a stream that trickles on without end
+# must not hold a run (and a place under the cap) for ever.
+DEFAULT_ANSWER_TIMEOUT_S = 900.0
 # Backoff without a Retry-After: 1 s, 2 s, 4 s … up to 30 s, each drawn from its upper
 # half so that many runs hit by the same outage do not come back in step.
 BACKOFF_FIRST_S = 1.0
@@ -151,17 +154,19 @@ class LLMClient:
         max_concurrent: int = DEFAULT_MAX_CONCURRENT,
         retry_deadline_s: float = DEFAULT_RETRY_DEADLINE_S,
         stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+        answer_timeout_s: float = DEFAULT_ANSWER_TIMEOUT_S,
         sleep: Sleep = asyncio.sleep,
         clock: Clock = time.monotonic,
     ) -> None:
         if max_concurrent < 1:
             raise ValueError("max_concurrent must be at least 1")
-        if retry_deadline_s <= 0 or stall_timeout_s <= 0:
-            raise ValueError("retry_deadline_s and stall_timeout_s must be positive")
+        if min(retry_deadline_s, stall_timeout_s, answer_timeout_s) <= 0:
+            raise ValueError("the deadline and the timeouts must be positive")
         self.client = client
         self.max_concurrent = max_concurrent
         self.retry_deadline_s = retry_deadline_s
         self.stall_timeout_s = stall_timeout_s
+        self.answer_timeout_s = answer_timeout_s
         self._sleep = sleep
         self._clock = clock
         self._slots = asyncio.Semaphore(max_concurrent)
@@ -242,6 +247,8 @@ class LLMClient:
     async def _attempt(self, request: dict[str, Any]) -> AsyncIterator[Any]:
         """One HTTP call: its chunks, with any failure sorted into retry or not."""
         stall = f"no answer for {self.stall_timeout_s:g} s"
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + self.answer_timeout_s
         try:
             async with asyncio.timeout(self.stall_timeout_s):
                 stream = await self.client.chat.completions.create(**request)
@@ -255,11 +262,17 @@ class LLMClient:
             chunks = aiter(stream)
             while True:
                 try:
-                    async with asyncio.timeout(self.stall_timeout_s):
+                    async with asyncio.timeout(min(self.stall_timeout_s, ends - loop.time())):
                         chunk = await anext(chunks)
                 except StopAsyncIteration:
                     return
                 except TimeoutError as exc:
+                    if loop.time() >= ends:
+                        raise _Transient(
+                            "answer too slow",
+                            "the model provider's answer took longer than "
+                            f"{self.answer_timeout_s:g} s",
+                        ) from exc
                     raise _Transient(
                         stall,
                         f"the model provider's answer stalled for {self.stall_timeout_s:g} s",

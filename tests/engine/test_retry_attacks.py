@@ -6,7 +6,9 @@ ends) come from a small SSE server of this file's own.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -14,7 +16,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from bot.engine import Done, Engine, LLMClient, RunEvent
+from bot.engine import Done, Engine, ErrorEvent, LLMClient, RunEvent
 from bot.tools.base import Tool, ToolArguments, ToolRegistry
 
 
@@ -137,3 +139,26 @@ async def test_a_stream_that_ends_cleanly_mid_tool_call_runs_nothing(raw: RawSSE
     assert step.runs == ["b"]
     done = events[-1]
     assert isinstance(done, Done) and done.final_text == "done"
+
+
+async def test_a_stream_that_trickles_forever_is_bounded(raw: RawSSE) -> None:
+    """A chunk every 50 ms never stalls, but the answer as a whole has a time limit."""
+
+    async def trickle(response: web.StreamResponse) -> None:
+        await response.write(f"data: {json.dumps(chunk({'role': 'assistant'}))}\n\n".encode())
+        while True:
+            await asyncio.sleep(0.05)
+            await response.write(f"data: {json.dumps(chunk({'content': 'la '}))}\n\n".encode())
+
+    raw.scripts += [trickle]
+    client = client_of(raw.url)
+    llm = LLMClient(client, retry_deadline_s=0.5, stall_timeout_s=0.3, answer_timeout_s=1.0)
+    engine = Engine(llm=llm, model="fake-model", tools=ToolRegistry())
+    started = time.monotonic()
+    events = await asyncio.wait_for(events_of(engine), timeout=10)
+    await client.close()
+    assert time.monotonic() - started < 3
+    [error] = [e for e in events if isinstance(e, ErrorEvent)]
+    assert "took longer than 1 s" in error.message
+    done = events[-1]
+    assert isinstance(done, Done) and done.stop_reason == "error"
