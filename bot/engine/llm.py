@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
 import random
 import re
 import time
@@ -35,6 +36,9 @@ DEFAULT_ANSWER_TIMEOUT_S = 900.0
 # half so that many runs hit by the same outage do not come back in step.
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
+# A Retry-After shorter than this says "now": taken on the first retry only, after which
+# the backoff above applies, so a provider saying "now" for ever is not asked in a loop.
+MIN_STATED_WAIT_S = 0.1
 # Statuses worth another try: timeout, conflict, rate limit, and the server's own errors.
 _RETRIED_CLIENT_STATUSES = frozenset({408, 409, 429})
 _CONTEXT_LENGTH = re.compile(
@@ -318,7 +322,7 @@ class LLMClient:
         raise LLMError(f"the model provider's answer could not be read ({exc})") from exc
 
     def _backoff(self, retry: int, retry_after: float | None) -> float:
-        if retry_after is not None:
+        if retry_after is not None and (retry_after >= MIN_STATED_WAIT_S or retry == 1):
             # The provider said when; a little spread keeps waiting runs out of step.
             return retry_after + random.uniform(0, min(1.0, retry_after / 10))
         ceiling = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (retry - 1))
@@ -357,14 +361,17 @@ def _retry_after(headers: Any) -> float | None:
         return None
     if (millis := headers.get("retry-after-ms")) is not None:
         try:
-            return max(0.0, float(millis) / 1000)
+            seconds = float(millis) / 1000
+            if not math.isnan(seconds):
+                return max(0.0, seconds)
         except ValueError:
             pass
     value = headers.get("retry-after")
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
+        return None if math.isnan(seconds) else max(0.0, seconds)
     except ValueError:
         pass
     try:

@@ -16,8 +16,12 @@ import openai
 import pytest
 from aiohttp import web
 
-from bot.engine import Done, Engine, ErrorEvent, LLMClient, RunEvent
+from bot.engine import ChatMessage, Done, Engine, ErrorEvent, LLMClient, RunEvent
+from bot.errors import LLMError
 from bot.tools.base import Tool, ToolArguments, ToolRegistry
+from tests.fakes.openai_api import ErrorBurst, ErrorReply, FakeOpenAI, Reply
+
+MESSAGES = [ChatMessage(role="user", content="hello")]
 
 
 class StepArguments(ToolArguments):
@@ -162,3 +166,43 @@ async def test_a_stream_that_trickles_forever_is_bounded(raw: RawSSE) -> None:
     assert "took longer than 1 s" in error.message
     done = events[-1]
     assert isinstance(done, Done) and done.stop_reason == "error"
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.waits: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ErrorReply(status=429, retry_after=0),
+        ErrorReply(status=429, retry_after=-30),
+        ErrorReply(status=429, retry_after="nan"),
+        ErrorReply(status=503, retry_after="Wed, 21 Oct 2015 07:28:00 GMT"),
+        ErrorReply(status=429, retry_after_ms=0),
+    ],
+)
+async def test_a_retry_after_of_now_forever_does_not_hammer_the_provider(
+    fake_llm: FakeOpenAI, error: ErrorReply
+) -> None:
+    """'Retry now' is taken once; after that the wait grows as without a Retry-After."""
+    fake_llm.script(ErrorBurst(error=error, count=500), Reply(text="ok"))
+    client = client_of(fake_llm.url)
+    fake_time = FakeTime()
+    llm = LLMClient(client, sleep=fake_time.sleep, clock=fake_time.clock, retry_deadline_s=60)
+    with pytest.raises(LLMError, match="gave up after"):
+        async for _ in llm.stream(model="fake-model", messages=MESSAGES, tools=()):
+            pass
+    await client.close()
+    assert len(fake_llm.requests) < 15
+    assert fake_time.waits[1:] and all(wait >= 0.5 for wait in fake_time.waits[1:])
