@@ -46,8 +46,10 @@ _CONTEXT_LENGTH = re.compile(
     r"[^.]*(?:exceed|too long)",
     re.IGNORECASE,
 )
-_LIMIT = re.compile(r"maximum context length is (\d+)", re.IGNORECASE)
-_TOKENS = re.compile(r"resulted in (\d+) tokens|requested (\d+) tokens", re.IGNORECASE)
+# A figure as providers write it: 128000, 128,000, 128 000 or 128k.
+_NUMBER = r"(\d{1,3}(?:[, ]\d{3})+|\d+)\s*(k\b)?"
+_LIMIT = re.compile(rf"maximum context length is {_NUMBER}", re.IGNORECASE)
+_TOKENS = re.compile(rf"(?:resulted in|requested) {_NUMBER} tokens", re.IGNORECASE)
 
 Sleep = Callable[[float], Awaitable[object]]
 Clock = Callable[[], float]
@@ -352,7 +354,8 @@ def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
     match = pattern.search(text)
     if match is None:
         return None
-    return int(next(group for group in match.groups() if group is not None))
+    digits, thousands = match.groups()
+    return int(re.sub(r"[, ]", "", digits)) * (1000 if thousands else 1)
 
 
 def _retry_after(headers: Any) -> float | None:

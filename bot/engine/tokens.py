@@ -38,6 +38,8 @@ MAX_RATIO = 3.0
 # low is what makes a request overflow.
 _RISE = 0.7
 _FALL = 0.2
+# A stated window smaller than this is a misread or a lie, not a model's context.
+MIN_WINDOW = 1_024
 
 
 @functools.cache
@@ -103,6 +105,8 @@ class TokenCounter:
 
     def learn_window(self, model: str, tokens: int) -> None:
         """The provider said `model` takes at most `tokens`: later requests keep to it."""
+        if tokens < MIN_WINDOW:
+            return
         self._windows[model] = min(tokens, self._windows.get(model, tokens))
 
     def window(self, model: str, configured: int | None) -> int | None:
