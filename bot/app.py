@@ -186,6 +186,7 @@ async def build_baton(settings: Settings) -> Baton:
         max_concurrent=settings.model_calls.max_concurrent,
         retry_deadline_s=settings.model_calls.retry_deadline_s,
         stall_timeout_s=settings.model_calls.stall_timeout_s,
+        answer_timeout_s=settings.model_calls.answer_timeout_s,
     )
     tracker = TaskTracker(TaskStore(database), instances)
     shared = SharedParts(

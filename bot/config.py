@@ -163,6 +163,7 @@ class ModelCallsConfig(BaseModel):
     max_concurrent: PositiveInt = 32  # LLM calls in flight at once, for the whole process
     retry_deadline_s: float = Field(default=120, gt=0)  # retries of one call stop after it
     stall_timeout_s: float = Field(default=60, gt=0)  # no chunk for this long: retried
+    answer_timeout_s: float = Field(default=900, gt=0)  # one answer, however it trickles
 
 
 class FileConfig(BaseModel):

@@ -158,3 +158,22 @@ def test_the_readmes_hardened_example_is_a_valid_config(
         ("S0PLATFORM",),
     ]
     assert settings.limits.tokens_per_user_per_day == 2_000_000
+
+
+def test_model_calls_are_read_and_checked(tmp_path: Path) -> None:
+    write(
+        tmp_path / "baton.yaml",
+        "context_window: 32000\nmodel_calls: {max_concurrent: 4, retry_deadline_s: 30,"
+        " stall_timeout_s: 20, answer_timeout_s: 300}\n",
+    )
+    settings = load_settings(cwd=tmp_path)
+    assert settings.context_window == 32_000
+    calls = settings.model_calls
+    assert (calls.max_concurrent, calls.retry_deadline_s) == (4, 30)
+    assert (calls.stall_timeout_s, calls.answer_timeout_s) == (20, 300)
+    write(tmp_path / "baton.yaml", "model_calls: {max_concurrent: 0}\n")
+    with pytest.raises(ConfigError, match=r"'model_calls\.max_concurrent'"):
+        load_settings(cwd=tmp_path)
+    write(tmp_path / "baton.yaml", "context_window: 100\n")
+    with pytest.raises(ConfigError, match="'context_window'"):
+        load_settings(cwd=tmp_path)
