@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from pythonjsonlogger.json import JsonFormatter
 
 from bot.config import Settings, load_settings
 from bot.errors import BatonError
@@ -33,7 +36,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="baton", description="Delegate work to AI agents from Slack or a terminal."
     )
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument(
+        "--log-level", help="logging level (default: LOG_LEVEL from the environment, else INFO)"
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text lines (the default), or one JSON object a line for log collectors",
+    )
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("run", help="run the Slack bot (the default)")
     commands.add_parser("agents", help="list the sub-agents, invalid files and shadowing")
@@ -42,9 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--session", default="default", help="name of the terminal session to continue"
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    try:
+        configure_logging(args.log_level or os.environ.get("LOG_LEVEL") or "INFO", args.log_format)
+    except ValueError as exc:
+        print(f"baton: {exc}", file=sys.stderr)
+        return 2
     try:
         settings = load_settings()
         if args.command == "agents":
@@ -61,6 +74,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def configure_logging(level: str, log_format: str) -> None:
+    """Log to stderr at `level`, as text lines or (``json``) one JSON object a line.
+
+    Raises:
+        ValueError: `level` is not a logging level.
+    """
+    name = level.strip().upper()
+    if not isinstance(logging.getLevelName(name), int):
+        raise ValueError(
+            f"unknown log level {level!r} (--log-level or LOG_LEVEL): use DEBUG, INFO, "
+            "WARNING, ERROR or CRITICAL"
+        )
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(
+            JsonFormatter(
+                "%(asctime)s %(levelname)s %(name)s %(message)s",
+                rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            )
+        )
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=name, handlers=[handler])
 
 
 def render_agents(settings: Settings) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from bot import metrics
 from bot.config import LimitsConfig
 from bot.errors import BatonError
 from bot.store.instances import Instances
@@ -132,6 +133,7 @@ class Admission:
         self._pass_lock = asyncio.Lock()
         self._passes_started = 0
         self._last_pass_done = 0
+        metrics.watch_admission(self)
 
     @property
     def unlimited(self) -> bool:

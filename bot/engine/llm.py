@@ -22,6 +22,7 @@ from typing import Any
 
 import openai
 
+from bot import metrics
 from bot.engine.events import ModelWaiting
 from bot.engine.messages import ChatMessage, ToolCall, Usage
 from bot.errors import ContextLengthError, LLMError
@@ -204,6 +205,7 @@ class LLMClient:
             request["tools"] = list(tools)
             request["parallel_tool_calls"] = True
         started = self._clock()
+        called_at = time.monotonic()  # real time for the latency metric, whatever the clock
         retries = 0
         reasons: list[str] = []  # what went wrong, each once, for the final error
         first: _Transient | None = None  # often the cause; later failures may differ
@@ -247,6 +249,11 @@ class LLMClient:
                 )
                 await self._sleep(wait)
                 continue
+            usage = answer.usage
+            metrics.record_llm_call(
+                time.monotonic() - called_at,
+                prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+            )  # fmt: skip
             yield answer.response()
             return
 

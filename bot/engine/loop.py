@@ -14,6 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
+from bot import metrics
 from bot.engine.context import Compactor, Fitted, fit, fold_point
 from bot.engine.events import (
     ApprovalRequired,
@@ -404,6 +405,8 @@ class Engine:
                 is_error=True,
             )
         output = cap_output(outcome.output, self.output_limit)
+        known = call.name in self.tools  # a name the model invented must not become a label
+        metrics.record_tool_call(call.name if known else "unknown", is_error=outcome.is_error)
         emit(ToolResult(call_id=call.id, name=call.name, output=output, is_error=outcome.is_error))
         return _CallOutcome(output=output, is_error=outcome.is_error)
 

@@ -17,6 +17,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot import metrics
 from bot.access.deciders import Deciders
 from bot.engine import ApprovalDecision, ApprovalFunc, ApprovalRequest
 from bot.slack.approval_views import (
@@ -139,6 +140,7 @@ class SlackApprovals:
             except SlackApiError as exc:
                 # Nobody can see the question, so nobody can approve: fail closed.
                 await self.store.decide(record.id, "cancelled", by=None)
+                metrics.record_approval("cancelled")
                 return ApprovalDecision(
                     approved=False,
                     message="the approval request could not be posted to Slack "
@@ -155,6 +157,7 @@ class SlackApprovals:
                 # Stopped between posting and recording the message: the buttons still
                 # have to go, and this process knows where they are.
                 final = replace(final, channel_id=channel, message_ts=posted_ts)
+            metrics.record_approval(final.state if final is not None else "cancelled")
             if final is not None:
                 note = None
                 if final.state == "approved":
@@ -167,6 +170,7 @@ class SlackApprovals:
             raise
         finally:
             self._waiting.pop(record.id, None)
+        metrics.record_approval(record.state)
         await self._show_outcome(record)
         await self._log_decision(record)
         return self._decision(record)

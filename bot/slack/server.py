@@ -1,4 +1,5 @@
-"""Serving Slack: HTTP mode (`POST /slack/events`, `GET /healthz`) or Socket Mode."""
+"""Serving Slack: HTTP mode (`POST /slack/events`) or Socket Mode, and in both modes
+`GET /healthz` and `GET /metrics` on PORT."""
 
 from __future__ import annotations
 
@@ -6,32 +7,141 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
+from collections.abc import Callable
+from typing import Any
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot import metrics
 from bot.app import build_baton
 from bot.config import Settings
+from bot.errors import BatonError
 from bot.slack.surface import SlackSurface
 
 logger = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
 SHUTDOWN_GRACE_S = 30.0
+# How long one auth.test answer stands for Slack's side of /healthz.
+SLACK_CHECK_TTL_S = 10.0
+# A check that hangs answers as a failure, well within a prober's usual timeout.
+CHECK_TIMEOUT_S = 5.0
+# What auth.test answers when the token itself is no good (not a passing outage).
+BAD_TOKEN_ERRORS = frozenset(
+    {"invalid_auth", "not_authed", "token_revoked", "token_expired", "account_inactive"}
+)
+
+
+class HealthCheck:
+    """What `/healthz` reports: still accepting work, the database, and Slack's auth.
+
+    Slack's answer is kept for `slack_ttl_s`, so a prober polling every second costs
+    Slack one `auth.test` per TTL, not one per probe; the database is asked each time.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        client: AsyncWebClient,
+        accepting: Callable[[], bool],
+        slack_ttl_s: float = SLACK_CHECK_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.client = client
+        self.accepting = accepting
+        self.slack_ttl_s = slack_ttl_s
+        self._clock = clock
+        self._slack: tuple[float, str] | None = None  # (when, answer)
+        self._slack_lock = asyncio.Lock()
+
+    async def report(self) -> dict[str, Any]:
+        """``{"ok": bool, "slack": "ok"|reason, "database": "ok"|reason, ...}``."""
+        slack, database = await asyncio.gather(self.slack(), self.database())
+        report: dict[str, Any] = {"ok": True, "slack": slack, "database": database}
+        if not self.accepting():
+            report["shutting_down"] = True
+        report["ok"] = slack == "ok" and database == "ok" and "shutting_down" not in report
+        return report
+
+    async def database(self) -> str:
+        try:
+            async with asyncio.timeout(CHECK_TIMEOUT_S), self.engine.connect() as connection:
+                await connection.execute(text("SELECT 1"))
+        except TimeoutError:
+            return "timeout"
+        except (SQLAlchemyError, OSError) as exc:
+            logger.warning("health: the database failed: %s", _first_line(exc))
+            return f"unreachable ({type(_cause(exc)).__name__})"
+        return "ok"
+
+    async def slack(self) -> str:
+        async with self._slack_lock:
+            if self._slack is not None and self._clock() - self._slack[0] < self.slack_ttl_s:
+                return self._slack[1]
+            answer = await self._ask_slack()
+            self._slack = (self._clock(), answer)
+            return answer
+
+    async def _ask_slack(self) -> str:
+        try:
+            async with asyncio.timeout(CHECK_TIMEOUT_S):
+                await self.client.auth_test()
+        except TimeoutError:
+            return "timeout"
+        except SlackApiError as exc:
+            return str(exc.response.get("error") or f"http_{exc.response.status_code}")
+        except (aiohttp.ClientError, OSError) as exc:
+            logger.warning("health: Slack is unreachable: %s", _first_line(exc))
+            return "unreachable"
+        return "ok"
+
+
+def _cause(exc: BaseException) -> BaseException:
+    # SQLAlchemy wraps the driver's error; its type says more (ConnectionRefusedError).
+    return getattr(exc, "orig", None) or exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 class HttpServer:
-    """The HTTP endpoint Slack posts to, plus a health check."""
+    """Listens on PORT: `/healthz` and `/metrics`, and in HTTP mode Slack's `/slack/events`."""
 
-    def __init__(self, surface: SlackSurface, *, host: str = "0.0.0.0", port: int = 3000) -> None:
+    def __init__(
+        self,
+        surface: SlackSurface,
+        *,
+        host: str = "0.0.0.0",
+        port: int = 3000,
+        events: bool = True,
+        health: HealthCheck | None = None,
+    ) -> None:
         self.surface = surface
         self.host = host
         self.port = port
-        self.web_app = web.Application()
-        self.web_app.add_routes(
-            [web.post(EVENTS_PATH, self.handle_events), web.get("/healthz", self.handle_health)]
+        self.health = health or HealthCheck(
+            engine=surface.baton.database.engine,
+            client=surface.client,
+            accepting=lambda: surface.threads.accepting,
         )
+        self.web_app = web.Application()
+        routes = [web.get("/healthz", self.handle_health), web.get("/metrics", self.handle_metrics)]
+        if events:
+            # Socket Mode gets events over its WebSocket; nothing may post them here.
+            routes.append(web.post(EVENTS_PATH, self.handle_events))
+        self.web_app.add_routes(routes)
         self._runner: web.AppRunner | None = None
 
     async def handle_events(self, request: web.Request) -> web.StreamResponse:
@@ -42,10 +152,13 @@ class HttpServer:
         return await to_aiohttp_response(bolt_response)
 
     async def handle_health(self, request: web.Request) -> web.Response:
-        accepting = self.surface.threads.accepting
-        return web.json_response(
-            {"ok": accepting, "runs": len(self.surface.threads.runs)},
-            status=200 if accepting else 503,
+        report = await self.health.report()
+        report["runs"] = len(self.surface.threads.runs)
+        return web.json_response(report, status=200 if report["ok"] else 503)
+
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=metrics.render(), headers={"Content-Type": metrics.CONTENT_TYPE_LATEST}
         )
 
     async def start(self) -> int:
@@ -66,8 +179,18 @@ class HttpServer:
 
 
 async def serve(settings: Settings) -> None:
-    """Run the bot until SIGTERM or SIGINT, then shut down gracefully."""
-    baton = await build_baton(settings)
+    """Run the bot until SIGTERM or SIGINT, then shut down gracefully.
+
+    Raises:
+        BatonError: Start-up failed in a way the operator must fix (the database
+            cannot be reached, Slack refuses the token), in one line.
+    """
+    try:
+        baton = await build_baton(settings)
+    except (SQLAlchemyError, OSError) as exc:
+        raise BatonError(
+            f"cannot open the database (DATABASE_URL): {_first_line(_cause(exc))}"
+        ) from exc
     surface = SlackSurface(baton)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -77,16 +200,21 @@ async def serve(settings: Settings) -> None:
     http: HttpServer | None = None
     socket_handler: AsyncSocketModeHandler | None = None
     try:
-        await surface.threads.identify()
+        await _identify(surface, settings)
         await surface.start()
+        http = HttpServer(surface, port=settings.port, events=not settings.socket_mode)
+        port = await _listen(http)
         if settings.socket_mode:
             socket_handler = AsyncSocketModeHandler(surface.app, settings.slack_app_token)
-            await socket_handler.connect_async()
-            logger.info("Baton is connected to Slack in Socket Mode")
+            await _connect_socket(socket_handler)
+            logger.info(
+                "Baton is connected to Slack in Socket Mode; port %s serves GET /healthz and "
+                "GET /metrics", port,
+            )  # fmt: skip
         else:
-            http = HttpServer(surface, port=settings.port)
-            port = await http.start()
-            logger.info("Baton listens on port %s (POST %s, GET /healthz)", port, EVENTS_PATH)
+            logger.info(
+                "Baton listens on port %s (POST %s, GET /healthz, GET /metrics)", port, EVENTS_PATH
+            )
         await stop.wait()
         logger.info("stopping: no new work; waiting up to %.0f s for runs", SHUTDOWN_GRACE_S)
     finally:
@@ -99,3 +227,39 @@ async def serve(settings: Settings) -> None:
         if http is not None:
             await http.stop()
         await baton.close()
+
+
+async def _identify(surface: SlackSurface, settings: Settings) -> None:
+    """auth.test at start: a token Slack refuses, or no Slack at all, is a BatonError."""
+    try:
+        await surface.threads.identify()
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        if error in BAD_TOKEN_ERRORS:
+            raise BatonError(
+                f"Slack refused SLACK_BOT_TOKEN ({error}): set a valid bot token (xoxb-…) "
+                "of an installed app"
+            ) from exc
+        raise BatonError(f"Slack's auth.test failed at start: {error}") from exc
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise BatonError(
+            f"cannot reach Slack at {settings.slack_api_url} (SLACK_API_URL): {_first_line(exc)}"
+        ) from exc
+
+
+async def _listen(http: HttpServer) -> int:
+    try:
+        return await http.start()
+    except OSError as exc:
+        raise BatonError(f"cannot listen on PORT {http.port}: {exc.strerror or exc}") from exc
+
+
+async def _connect_socket(handler: AsyncSocketModeHandler) -> None:
+    try:
+        await handler.connect_async()
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        raise BatonError(
+            f"Slack refused SLACK_APP_TOKEN ({error}): set an app-level token (xapp-…) "
+            "with the connections:write scope"
+        ) from exc

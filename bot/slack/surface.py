@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
@@ -13,8 +15,13 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncRateLimitErrorRetryHandler,
     AsyncServerErrorRetryHandler,
 )
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
+from bot import metrics
 from bot.access.deciders import Deciders
 from bot.access.policy import AccessPolicy
 from bot.app import Baton
@@ -30,17 +37,76 @@ logger = logging.getLogger(__name__)
 MAINTENANCE_EVERY_S = 60.0
 
 
-def build_web_client(settings: Settings) -> AsyncWebClient:
-    """The Web API client: SLACK_API_URL, and retries that honour Retry-After on 429."""
-    return AsyncWebClient(
-        token=settings.slack_bot_token,
+class CountingWebClient(AsyncWebClient):
+    """The Web API client, counting its calls by method in `baton_slack_api_calls`."""
+
+    async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
+        metrics.record_slack_call(api_method)
+        return await super().api_call(api_method, **kwargs)
+
+
+class CountingRateLimitRetryHandler(AsyncRateLimitErrorRetryHandler):
+    """Retries a 429 after its Retry-After, counting each one in `baton_slack_api_rate_limited`.
+
+    Every 429 answer is offered to the retry handlers, the last one included (when
+    the retries are used up), so each is counted once.
+    """
+
+    async def can_retry_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        if response is not None and response.status_code == 429:
+            metrics.record_slack_rate_limited(request.url.rstrip("/").rsplit("/", 1)[-1])
+        return await super().can_retry_async(
+            state=state, request=request, response=response, error=error
+        )
+
+
+def build_web_client(settings: Settings, *, with_token: bool = True) -> AsyncWebClient:
+    """The Web API client: SLACK_API_URL, retries that honour Retry-After on 429, metrics.
+
+    With `with_token`, it calls as the bot (SLACK_BOT_TOKEN); without, each call (or
+    Bolt, per request) must bring its token.
+    """
+    return CountingWebClient(
+        token=settings.slack_bot_token if with_token else None,
         base_url=settings.slack_api_url,
         retry_handlers=[
             AsyncConnectionErrorRetryHandler(max_retry_count=2),
-            AsyncRateLimitErrorRetryHandler(max_retry_count=3),
+            CountingRateLimitRetryHandler(max_retry_count=3),
             AsyncServerErrorRetryHandler(max_retry_count=2),
         ],
     )
+
+
+def build_bolt_app(
+    settings: Settings, authorize: Callable[..., Awaitable[AuthorizeResult]]
+) -> AsyncApp:
+    """The Bolt app; its token comes from `authorize`, once per request.
+
+    Bolt warns at start when it gets a token beside `authorize`, and reads
+    SLACK_BOT_TOKEN from the environment itself to find one. So its client carries no
+    token (Bolt's per-request clients copy its URL and retry handlers, and get the
+    token from `authorize`), and the variable, already read into the settings, is out
+    of the environment while Bolt looks.
+    """
+    hidden = os.environ.pop("SLACK_BOT_TOKEN", None)
+    try:
+        return AsyncApp(
+            client=build_web_client(settings, with_token=False),
+            authorize=authorize,
+            signing_secret=settings.slack_signing_secret or "",
+            # Socket Mode messages are not signed; HTTP requests always are checked.
+            request_verification_enabled=not settings.socket_mode,
+        )
+    finally:
+        if hidden is not None:
+            os.environ["SLACK_BOT_TOKEN"] = hidden
 
 
 class SlackSurface:
@@ -50,13 +116,7 @@ class SlackSurface:
         settings = baton.settings
         self.baton = baton
         self.client = build_web_client(settings)
-        self.app = AsyncApp(
-            client=self.client,
-            authorize=self._authorizer(),
-            signing_secret=settings.slack_signing_secret or "",
-            # Socket Mode messages are not signed; HTTP requests always are checked.
-            request_verification_enabled=not settings.socket_mode,
-        )
+        self.app = build_bolt_app(settings, self._authorizer())
         self.directory = SlackDirectory(self.client)
         self.deciders = Deciders(
             self.directory, settings.approvers, self_approval=settings.self_approval
