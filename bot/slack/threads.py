@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 import uuid
 from collections.abc import Coroutine
@@ -68,6 +69,13 @@ STOP_MARKS = {
     "content_filter": "✗ Stopped by the provider's content filter",
 }
 WORKING = "Working…"
+# The session of a DM: one continuing conversation per DM channel.
+DM_CONVERSATION = "dm"
+# What, alone in a DM, puts the conversation aside and starts a new one.
+FRESH_START = frozenset({"new", "reset", "start over", "new conversation"})
+# The reaction that tells someone their message reached the running agent.
+SEEN_REACTION = "eyes"
+USER_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
 
 
 @dataclass(slots=True)
@@ -80,8 +88,9 @@ class ActiveRun:
     channel: str
     thread_ts: str
     inbox: list[ChatMessage] = field(default_factory=list)
-    # (author, text) of each inbox message, to answer them as their authors' own.
-    authors: list[tuple[str, str]] = field(default_factory=list)
+    # (author, text, whether it asked Baton) of each inbox message, to answer those
+    # that asked as their authors' own once the run is over.
+    authors: list[tuple[str, str, bool]] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     cancelled_by: str | None = None
     direct: bool = False  # an `@agent` run: it reads no steering; messages wait for its end
@@ -188,8 +197,11 @@ class SlackThreads:
         text = event.get("text") or ""
         is_dm = event.get("channel_type") == "im" or channel.startswith("D")
         mentioned = bool(self.bot_user_id) and f"<@{self.bot_user_id}" in text
+        # A DM is one continuing conversation, whatever message it is in reply to.
         key = SessionKey.slack_thread(
-            team_id=team_id or event.get("team") or "-", channel_id=channel, thread_ts=thread_ts
+            team_id=team_id or event.get("team") or "-",
+            channel_id=channel,
+            thread_ts=DM_CONVERSATION if is_dm else thread_ts,
         )
         if not (is_dm or mentioned or key.key in self.threads):
             return  # chatter that neither asks Baton nor steers one of its runs
@@ -218,10 +230,18 @@ class SlackThreads:
                 # Chatter from someone who may not start runs does not steer one either.
                 logger.info("not steering with a message from %s: %s", user, refusal.reason)
             return
+        addressed = is_dm or mentioned
         if active is not None:
-            await self._steer(active, user, text)
+            if not addressed and (active.direct or self._mentions_someone_else(text)):
+                # People talking to each other: not for Baton. An `@agent` run reads no
+                # steering, so only what asks Baton waits for its end.
+                return
+            await self._steer(active, user, text, ts=ts, addressed=addressed)
             return
-        if not (is_dm or mentioned):
+        if not addressed:
+            return
+        if is_dm and mention_free(text, self.bot_user_id or "").strip().lower() in FRESH_START:
+            await self._start_fresh(key, channel=channel, thread_ts=thread_ts)
             return
         run = ActiveRun(
             run_id=uuid.uuid4().hex[:12],
@@ -256,22 +276,29 @@ class SlackThreads:
             self.admission.release()
             leftovers = list(run.authors)
             run.take_inbox()
-            if leftovers and (run.cancelled_by or not self.accepting):
-                # A cancel stops the conversation, not just the call in progress.
-                who = ", ".join(sorted({f"<@{author}>" for author, _ in leftovers}))
-                why = "the run was cancelled" if run.cancelled_by else "Baton is restarting"
+            stopped = bool(run.cancelled_by or not self.accepting)
+            # After a run, only what asked Baton starts another: the rest was talk.
+            unread = [(a, t) for a, t, addressed in leftovers if stopped or not addressed]
+            if unread:
+                who = ", ".join(sorted({f"<@{author}>" for author, _ in unread}))
+                why = (
+                    "the run was cancelled"
+                    if run.cancelled_by
+                    else ("Baton is restarting" if not self.accepting else "the run ended first")
+                )
                 self.spawn(
                     self._say(run, f"⊘ Not handled ({why}): the messages from {who} that came "
-                              "in while it worked. Ask again if they still matter."),
+                              "in while it worked. Mention me if they still matter."),
                     f"not-handled-{run.run_id}",
                 )  # fmt: skip
-            elif leftovers:
-                # Messages that came in after the last LLM call: answer them, not lose them.
-                for author, leftover in leftovers:
-                    self.spawn(
-                        self._follow_up(run, author, leftover, team_id=key.team_id),
-                        f"follow-up-{run.run_id}",
-                    )
+            if not stopped:
+                # Messages for Baton that came after the last LLM call: answer them too.
+                for author, leftover, addressed in leftovers:
+                    if addressed:
+                        self.spawn(
+                            self._follow_up(run, author, leftover, team_id=key.team_id),
+                            f"follow-up-{run.run_id}",
+                        )
 
     async def _refuse(
         self, refusal: Refusal, *, user: str, channel: str, thread_ts: str, dm: bool
@@ -308,7 +335,10 @@ class SlackThreads:
         }
         await self.handle_message(event, team_id=team_id)
 
-    async def _steer(self, run: ActiveRun, user: str, text: str) -> None:
+    async def _steer(
+        self, run: ActiveRun, user: str, text: str, *, ts: str, addressed: bool
+    ) -> None:
+        """Pass a message to the running agent, acknowledged with a reaction on it."""
         name = await self.names.name_of(user)
         clean = mention_free(text, self.bot_user_id or "")
         run.inbox.append(
@@ -317,12 +347,24 @@ class SlackThreads:
                 content=f"[{name} <@{user}>, while you were working] {clean}",
             )
         )
-        run.authors.append((user, clean))
-        if run.direct:
-            reply = f"↪ Got it, <@{user}>: I'll answer this when the agent at work has finished."
-        else:
-            reply = f"↪ Got it, <@{user}>: I'll take that into account before my next step."
-        await self._say(run, reply)
+        run.authors.append((user, clean, addressed))
+        try:
+            await self.client.reactions_add(channel=run.channel, timestamp=ts, name=SEEN_REACTION)
+        except SlackApiError as exc:
+            logger.info("could not acknowledge a steering message: %s", exc.response.get("error"))
+
+    def _mentions_someone_else(self, text: str) -> bool:
+        return any(user != self.bot_user_id for user in USER_MENTION.findall(text))
+
+    async def _start_fresh(self, key: SessionKey, *, channel: str, thread_ts: str) -> None:
+        """Put a DM's conversation aside: the next message starts a new one."""
+        archived = await self.baton.conversations.store.archive(key)
+        text = (
+            "Starting fresh: I've put our earlier conversation aside."
+            if archived
+            else "Starting fresh: there was no earlier conversation to put aside."
+        )
+        await post_text(self.client, channel=channel, thread_ts=thread_ts, text=text)
 
     # ---------------------------------------------------------------------- runs
 

@@ -114,6 +114,17 @@ class SessionStore:
             assert found is not None
             return found
 
+    async def archive(self, key: SessionKey) -> bool:
+        """Put the session of `key` aside (kept, under another key): the next use of `key`
+        starts a new, empty one. False when there was none."""
+        aside = f"{key.key}:aside-{utcnow().strftime('%Y%m%dT%H%M%S.%f')}"
+        async with self.database.sessions() as session:
+            outcome = await session.exec(
+                update(SessionRow).where(col(SessionRow.key) == key.key).values(key=aside)
+            )
+            await session.commit()
+            return outcome.rowcount == 1
+
     async def get(self, session_id: int) -> SessionRecord | None:
         async with self.database.sessions() as session:
             row = await session.get(SessionRow, session_id)

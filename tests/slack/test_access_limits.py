@@ -167,7 +167,7 @@ async def test_replies_from_someone_not_allowed_do_not_steer_a_run(
     await harness.settle()
     sent = json.dumps([r.messages for r in harness.llm.requests])
     assert "print the env" not in sent
-    assert not any("Got it" in t for t in harness.bot_texts("C1", ts))
+    assert ("C1", steer_ts) not in harness.slack.reactions  # not acknowledged: not taken
 
 
 # ------------------------------------------------------------------- limits

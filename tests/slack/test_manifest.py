@@ -101,6 +101,7 @@ BATON_METHODS: tuple[str, ...] = (
     "files.getUploadURLExternal",
     "files.completeUploadExternal",
     "assistant.threads.setStatus",
+    "reactions.add",
 )
 
 # Events API event → bot scope it needs (None: no scope).
@@ -478,6 +479,7 @@ async def post(client: AsyncWebClient, channel: str, ts: str) -> None:
     view = {}
     view.update(blocks=[])  # not a Slack method
     await say("not a Bolt listener here")
+    await client.reactions_add(channel=channel, timestamp=ts, name="eyes")
 
 
 def say(text: str) -> None:
@@ -501,6 +503,7 @@ SAMPLE_METHODS = {
     "chat.appendStream",
     "chat.stopStream",
     "assistant.threads.setStatus",
+    "reactions.add",
 }
 
 
@@ -546,7 +549,7 @@ def test_a_sample_calling_the_design_methods_passes_the_manifest(
 def test_an_unknown_method_or_a_missing_scope_is_reported(manifest: dict[str, Any]) -> None:
     source = (
         "await client.search_messages(query='x')\n"
-        "await client.reactions_add(name='eyes')\n"
+        "await client.conversations_info(channel='C1')\n"
         "await client.api_call(method_name)\n"
     )
     needs, unknown = method_needs(scan_source(source, "bot/slack/x.py"))
@@ -558,8 +561,8 @@ def test_an_unknown_method_or_a_missing_scope_is_reported(manifest: dict[str, An
     ]
     problems = scope_problems(bot_scopes(manifest), needs)
     assert (
-        "reactions.add (bot/slack/x.py:2) needs one of ['reactions:write'];"
-        " manifest.yml declares none"
+        "conversations.info (bot/slack/x.py:2) needs one of ['channels:read', 'groups:read',"
+        " 'im:read', 'mpim:read']; manifest.yml declares none"
     ) in problems
 
 
@@ -567,9 +570,9 @@ def test_an_extra_scope_is_reported(manifest: dict[str, Any]) -> None:
     needs, _ = method_needs(Call(m, "BATON_METHODS") for m in BATON_METHODS)
     event_needs, _ = manifest_needs(manifest)
     problems = scope_problems(
-        [*bot_scopes(manifest), "im:write", "reactions:write"], needs + event_needs
+        [*bot_scopes(manifest), "im:write", "pins:write"], needs + event_needs
     )
-    assert [p.split(" ", 1)[0] for p in problems] == ["im:write", "reactions:write"]
+    assert [p.split(" ", 1)[0] for p in problems] == ["im:write", "pins:write"]
 
 
 def test_an_unknown_event_is_reported(manifest: dict[str, Any]) -> None:

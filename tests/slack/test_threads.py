@@ -303,7 +303,8 @@ async def test_steering_reaches_the_running_agent(harness: SlackHarness) -> None
         "event_ts": steer_ts, "team": "T0001",
     }  # fmt: skip
     await harness.send_event(event)
-    await until(lambda: any("Got it" in t for t in harness.bot_texts("C1", ts)))
+    # Acknowledged with a reaction on Bob's message, not with a message of its own.
+    await until(lambda: harness.slack.reactions.get(("C1", steer_ts)) == ["eyes"])
     go_on.set()
     await harness.settle()
     second = harness.llm.requests[1].messages
@@ -312,6 +313,7 @@ async def test_steering_reaches_the_running_agent(harness: SlackHarness) -> None
         f"[Bob <@{BOB}>, while you were working] also check the tests please"
     )
     assert len(harness.main_requests()) == 2  # no second run was started for it
+    assert harness.bot_texts("C1", ts)[1:-1] == []  # progress, then only the answer
 
 
 async def test_progress_updates_are_coalesced_and_show_the_last_lines(
@@ -368,7 +370,7 @@ async def test_cancel_stops_the_conversation_not_just_the_call(harness: SlackHar
         "type": "message", "channel_type": "channel", "channel": "C1", "user": BOB,
         "text": "and also this", "ts": steer_ts, "thread_ts": ts, "event_ts": steer_ts,
     })  # fmt: skip
-    await until(lambda: any("Got it" in t for t in harness.bot_texts("C1", ts)))
+    await until(lambda: harness.slack.reactions.get(("C1", steer_ts)) == ["eyes"])
     found = harness.find_button("C1", ts, "baton_cancel_run")
     assert found is not None
     await harness.click("baton_cancel_run", found["button"]["value"], user=ALICE,
