@@ -47,6 +47,7 @@ DETAIL_LOG_LINES = 10
 PANEL_TASKS = 20  # two blocks each, plus the header and the "… and N more" line: < 50
 HOME_TASKS = 15
 PROMPT_PREVIEW_CHARS = 48
+STATE_REASON_CHARS = 120
 TASK_RESULT_INLINE_LIMIT = 11_000
 # A progress line longer than this is shortened; the full line is in the task log.
 PROGRESS_LINE_CHARS = 300
@@ -212,6 +213,21 @@ def _mark(task: TaskRecord) -> str:
     return STATE_MARKS.get(task.state, "•")
 
 
+def state_in_words(task: TaskRecord) -> str:
+    """The task's state as people say it: running, done, failed (why), cancelled (by
+    whom), interrupted (by a restart)."""
+    reason = " ".join((task.error or "").split())
+    if task.state == "completed":
+        return "done"
+    if task.state == "running":
+        return "running"
+    if task.state == "cancelled":
+        return reason if reason.startswith("cancelled") else "cancelled"
+    if reason.startswith("interrupted"):
+        return _clip(reason.split(";")[0], STATE_REASON_CHARS)
+    return f"failed: {_clip(reason, STATE_REASON_CHARS)}" if reason else "failed"
+
+
 def _title(task: TaskRecord) -> str:
     return task.description.strip() or "(untitled)"
 
@@ -226,8 +242,8 @@ def _usage(task: TaskRecord) -> str:
 
 
 def _headline(task: TaskRecord) -> str:
-    """ "✓ explore · task-explore-3 · completed · 12.3 s · 1,234 in / 56 out tokens"."""
-    parts = [f"{_mark(task)} {task.agent}", task.id, task.state]
+    """ "✓ explore · task-explore-3 · done · 12.3 s · 1,234 in / 56 out tokens"."""
+    parts = [f"{_mark(task)} {task.agent}", task.id, state_in_words(task)]
     if task.duration_s is not None:
         parts.append(format_duration(task.duration_s))
     if task.state != "running":
@@ -243,7 +259,8 @@ def _summary(task: TaskRecord, now: datetime) -> str:
     """Two mrkdwn lines: mark, agent, title and id; the prompt's start, age and usage."""
     first = (
         f"{_mark(task)} *{escape_mrkdwn(task.agent)}* · "
-        f"{escape_mrkdwn(_clip(_title(task), 200))} · `{escape_mrkdwn(task.id)}`"
+        f"{escape_mrkdwn(_clip(_title(task), 200))} · `{escape_mrkdwn(task.id)}` · "
+        f"{escape_mrkdwn(state_in_words(task))}"
     )
     second = f"“{escape_mrkdwn(_prompt_preview(task.prompt))}” · {_age(task, now)}"
     if task.state != "running":
@@ -527,7 +544,7 @@ def home_view(
         line = (
             f"{_mark(task)} *{escape_mrkdwn(task.agent)}* · "
             f"{escape_mrkdwn(_clip(_title(task), 200))} · `{escape_mrkdwn(task.id)}` · "
-            f"{_age(task, now)}"
+            f"{escape_mrkdwn(state_in_words(task))} · {_age(task, now)}"
         )
         blocks.append(_section(line))
     if len(tasks) > HOME_TASKS:

@@ -15,6 +15,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot import metrics
 from bot.access.admission import Admission, QueuePosition, RunNotQueued
 from bot.access.budgets import RunBudget
 from bot.access.policy import AccessPolicy
@@ -69,6 +70,7 @@ STOP_MARKS = {
     "content_filter": "✗ Stopped by the provider's content filter",
 }
 WORKING = "Working…"
+RUN_OUTCOMES = {"completed": "done", "length": "cut", "content_filter": "filtered"}
 # The session of a DM: one continuing conversation per DM channel.
 DM_CONVERSATION = "dm"
 # What, alone in a DM, puts the conversation aside and starts a new one.
@@ -428,6 +430,7 @@ class SlackThreads:
             if status_task is not None:
                 status_task.cancel()
             await asyncio.shield(progress.finish(final))
+            metrics.record_run(run_outcome(final))
 
     @staticmethod
     async def _show_queued(progress: ProgressMessage, place: QueuePosition) -> None:
@@ -738,3 +741,19 @@ def waiting_status(event: ModelWaiting) -> str:
 def compaction_note(event: Compacted) -> str:
     """The short thread note saying that earlier messages were folded or left out."""
     return f"🗜 To fit the model's context window, I {event.describe()}."
+
+
+def run_outcome(final: str) -> str:
+    """The metrics label of a run's end, read from its final progress status."""
+    for reason, mark in STOP_MARKS.items():
+        if final.startswith(mark):
+            return RUN_OUTCOMES.get(reason, reason)
+    if final.startswith("✓"):
+        return "done"
+    if final.startswith("⊘"):
+        return "cancelled"
+    if final.startswith("✗ Not started"):
+        return "refused"
+    if final.startswith("✗ Interrupted"):
+        return "interrupted"
+    return "failed"

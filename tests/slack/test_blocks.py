@@ -20,6 +20,7 @@ from bot.slack.blocks import (
     log_pages,
     progress_blocks,
     progress_text,
+    state_in_words,
     task_detail_blocks,
     task_finished_message,
     task_log_modal,
@@ -214,7 +215,7 @@ def test_progress_escapes_lines() -> None:
 def test_task_finished_message_headline_and_result() -> None:
     post = task_finished_message(make_task())
     check_message(post.text, post.blocks)
-    headline = "✓ explore · task-explore-3 · completed · 12.3 s · 1,234 in / 56 out tokens"
+    headline = "✓ explore · task-explore-3 · done · 12.3 s · 1,234 in / 56 out tokens"
     assert post.blocks[0]["elements"][0]["text"] == headline
     assert post.blocks[1] == {"type": "markdown", "text": "The settings load in `bot/config.py`."}
     assert post.text.startswith(headline)
@@ -292,7 +293,7 @@ def test_tasks_panel_entry() -> None:
     check_blocks(blocks, "message")
     assert blocks[0]["text"]["text"] == "*⚙ 0 running · 1 done*"
     assert blocks[1]["text"]["text"] == (
-        "✓ *explore* · Find the config loader · `task-explore-3`\n"
+        "✓ *explore* · Find the config loader · `task-explore-3` · done\n"
         "“Find where the settings are loaded and list ever…” · 3 min ago"
         " · 1,234 in / 56 out tokens"
     )
@@ -536,5 +537,21 @@ def test_home_view_lists_at_most_15_tasks() -> None:
     text = all_text(view["blocks"])
     assert "⚙ 2 running · 3 done" in text
     assert "`task-explore-14`" in text and "`task-explore-15`" not in text
-    assert "● *explore* · Find the config loader · `task-explore-3` · 3 min ago" in text
+    assert "● *explore* · Find the config loader · `task-explore-3` · running · 3 min ago" in text
     assert "… and 25 more" in text
+
+
+@pytest.mark.parametrize(
+    ("state", "error", "words"),
+    [
+        ("running", None, "running"),
+        ("completed", None, "done"),
+        ("failed", "crashed: ValueError: bad input", "failed: crashed: ValueError: bad input"),
+        ("failed", None, "failed"),
+        ("cancelled", "cancelled by <@UALICE>", "cancelled by <@UALICE>"),
+        ("failed", "interrupted by a restart; start it again", "interrupted by a restart"),
+    ],
+)
+def test_states_are_said_in_words(state: str, error: str | None, words: str) -> None:
+    task = replace(make_task(), state=state, error=error)
+    assert state_in_words(task) == words

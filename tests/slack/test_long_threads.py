@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bot import metrics
 from bot.engine.loop import CUT_NOTE, FILTERED_NOTE
 from bot.sessions.compaction import SUMMARY_PROMPT
 from tests.fakes.openai_api import ErrorBurst, ErrorReply, RecordedRequest, Reply, ToolCallSpec
@@ -40,9 +41,11 @@ async def test_a_rate_limited_model_shows_waiting_and_the_run_goes_on(
 
 
 async def test_a_cut_answer_ends_in_words(harness: SlackHarness) -> None:
+    cut_before = metrics.sample("baton_runs_total", {"outcome": "cut"})
     harness.llm.script(*(Reply(text=f"part {n} ", finish_reason="length") for n in range(3)))
     ts = await harness.mention("write a long report")
     await harness.settle()
+    assert metrics.sample("baton_runs_total", {"outcome": "cut"}) == cut_before + 1
     thread = json.dumps(harness.thread("C1", ts), ensure_ascii=False)
     assert "part 0 part 1 part 2" in thread and CUT_NOTE in thread
     assert "✗ Answer cut at the model's output limit" in thread

@@ -59,7 +59,7 @@ async def test_background_result_is_posted_back_and_reaches_the_next_turn(
     release.set()
     await until(lambda: "There are 3 TODOs" in json.dumps(harness.thread("C1", ts)))
     posted = json.dumps(harness.thread("C1", ts), ensure_ascii=False)
-    assert "task-explore-1" in posted and "completed" in posted
+    assert "task-explore-1" in posted and "· done ·" in posted
     await harness.mention("what did it find?", thread_ts=ts)
     await harness.settle()
     prompt = [r for r in harness.llm.requests if is_main(r)][-1].messages[-1]["content"]
