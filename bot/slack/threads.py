@@ -38,6 +38,7 @@ from bot.slack.answers import post_answer, post_messages, post_text
 from bot.slack.approvals import SlackApprovals
 from bot.slack.blocks import error_message, progress_blocks, task_finished_message
 from bot.slack.directory import SlackDirectory
+from bot.slack.files import FileReader
 from bot.slack.progress import ProgressMessage
 from bot.slack.text import (
     AnswerMessage,
@@ -131,6 +132,7 @@ class SlackThreads:
         self.admission = Admission(self.run_store, baton.instances, limits, poll_s=admission_poll_s)
         self._cancel_watch: asyncio.Task[None] | None = None
         self.names = directory
+        self.files = FileReader(client)
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
         self.runs: dict[str, ActiveRun] = {}
@@ -238,7 +240,9 @@ class SlackThreads:
                 # People talking to each other: not for Baton. An `@agent` run reads no
                 # steering, so only what asks Baton waits for its end.
                 return
-            await self._steer(active, user, text, ts=ts, addressed=addressed)
+            await self._steer(
+                active, user, text, ts=ts, addressed=addressed, files=event.get("files")
+            )
             return
         if not addressed:
             return
@@ -269,7 +273,7 @@ class SlackThreads:
                 user_id=user,
                 state="queued",
             )
-            await self._run(run, ts=ts, text=text, is_dm=is_dm)
+            await self._run(run, ts=ts, text=text, is_dm=is_dm, files=event.get("files"))
         finally:
             self.runs.pop(run.run_id, None)
             if self.threads.get(key.key) is run:
@@ -338,16 +342,15 @@ class SlackThreads:
         await self.handle_message(event, team_id=team_id)
 
     async def _steer(
-        self, run: ActiveRun, user: str, text: str, *, ts: str, addressed: bool
-    ) -> None:
-        """Pass a message to the running agent, acknowledged with a reaction on it."""
+        self, run: ActiveRun, user: str, text: str, *, ts: str, addressed: bool,
+        files: list[dict[str, Any]] | None = None,
+    ) -> None:  # fmt: skip
+        """Pass a message (and its files) to the running agent, acknowledged with a reaction."""
         name = await self.names.name_of(user)
         clean = mention_free(text, self.bot_user_id or "")
+        read = await self.files.prompt_text(clean, files)
         run.inbox.append(
-            ChatMessage(
-                role="user",
-                content=f"[{name} <@{user}>, while you were working] {clean}",
-            )
+            ChatMessage(role="user", content=f"[{name} <@{user}>, while you were working] {read}")
         )
         run.authors.append((user, clean, addressed))
         try:
@@ -370,7 +373,10 @@ class SlackThreads:
 
     # ---------------------------------------------------------------------- runs
 
-    async def _run(self, run: ActiveRun, *, ts: str, text: str, is_dm: bool) -> None:
+    async def _run(
+        self, run: ActiveRun, *, ts: str, text: str, is_dm: bool,
+        files: list[dict[str, Any]] | None = None,
+    ) -> None:  # fmt: skip
         clean = mention_free(text, self.bot_user_id or "")
         direct = parse_direct_agent(clean)
         agents = self.baton.site_for(run.channel).agents
@@ -407,9 +413,11 @@ class SlackThreads:
             progress.set_status(WORKING)
             started = time.monotonic()
             if direct is not None:
-                final = await self._run_agent(run, progress, direct[0], direct[1], started)
+                task = await self.files.prompt_text(direct[1], files)
+                final = await self._run_agent(run, progress, direct[0], task, started)
             else:
-                final = await self._run_main(run, progress, ts, clean, started)
+                prompt = await self.files.prompt_text(clean, files)
+                final = await self._run_main(run, progress, ts, prompt, started)
         except asyncio.CancelledError:
             who = f" by <@{run.cancelled_by}>" if run.cancelled_by else ""
             final = f"⊘ Cancelled{who}"

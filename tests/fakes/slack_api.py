@@ -56,6 +56,7 @@ __all__ = [
     "MAX_VIEW_BLOCKS",
     "AssistantStatus",
     "FakeSlackAPI",
+    "FileDownload",
     "MethodHandler",
     "RecordedCall",
     "UploadedFile",
@@ -158,6 +159,21 @@ class UploadedFile:
     def text(self) -> str:
         """The content decoded as UTF-8 (undecodable bytes replaced)."""
         return self.content.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class FileDownload:
+    """One request for a file's content (``url_private`` / ``url_private_download``).
+
+    Attributes:
+        file_id: The file asked for (``None`` when the path names no known file).
+        token: Token from the ``Authorization: Bearer`` header, if any.
+        status: HTTP status answered (200, 403 without a valid token, 404 unknown file).
+    """
+
+    file_id: str | None
+    token: str | None
+    status: int
 
 
 @dataclass(frozen=True)
@@ -439,8 +455,12 @@ def _file_type(filename: str) -> tuple[str, str]:
 class FakeSlackAPI:
     """An in-process fake of the Slack Web API.
 
-    Serves ``GET|POST /api/{method}`` and an upload endpoint (``/upload/v1/{file_id}``,
-    returned by ``files.getUploadURLExternal``) on ``127.0.0.1`` with an ephemeral port.
+    Serves ``GET|POST /api/{method}``, an upload endpoint (``/upload/v1/{file_id}``,
+    returned by ``files.getUploadURLExternal``) and file downloads (``GET
+    /files-pri/{team}-{file_id}/[download/]{name}``, the ``url_private`` and
+    ``url_private_download`` of file objects: 200 with the content only for a valid
+    bot token, 403 without one, 404 for an unknown file) on ``127.0.0.1`` with an
+    ephemeral port.
 
     Checks run in this order for every API call: per-method latency, injected failures
     (``fail_next``), token (``not_authed`` / ``invalid_auth``), rate limits
@@ -452,6 +472,8 @@ class FakeSlackAPI:
         ephemerals: Messages sent with ``chat.postEphemeral`` as dicts with ``channel``,
             ``user``, ``ts``, ``thread_ts``, ``text``, ``blocks``, ``attachments``.
         files: Files completed with ``files.completeUploadExternal``.
+        shared_files: Content of files people shared (``add_file``) by file id.
+        downloads: Every file download request, in order.
         views: Every opened / pushed / published view by view id (latest version).
         home_views: The published Home tab view per user id.
         assistant_statuses: Every ``assistant.threads.setStatus`` call, in order.
@@ -531,6 +553,8 @@ class FakeSlackAPI:
         self.calls: list[RecordedCall] = []
         self.ephemerals: list[dict[str, Any]] = []
         self.files: list[UploadedFile] = []
+        self.shared_files: dict[str, tuple[str, bytes]] = {}
+        self.downloads: list[FileDownload] = []
         self.views: dict[str, dict[str, Any]] = {}
         self.home_views: dict[str, dict[str, Any]] = {}
         self.assistant_statuses: list[AssistantStatus] = []
@@ -564,6 +588,7 @@ class FakeSlackAPI:
         app.router.add_route("POST", "/api/{method}", self._handle_api)
         app.router.add_route("POST", "/upload/v1/{file_id}", self._handle_upload)
         app.router.add_route("PUT", "/upload/v1/{file_id}", self._handle_upload)
+        app.router.add_route("GET", "/files-pri/{key}/{rest:.+}", self._handle_download)
         self._stopping = asyncio.Event()
         runner = web.AppRunner(
             app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
@@ -1082,6 +1107,29 @@ class FakeSlackAPI:
         body.setdefault("ok", True)
         return 200, body
 
+    async def _handle_download(self, request: web.Request) -> web.Response:
+        header = request.headers.get("Authorization", "")
+        token = header[7:].strip() if header.startswith("Bearer ") else None
+        key = request.match_info["key"]
+        file_id = key.split("-", 1)[1] if key.startswith(f"{self.team_id}-") else None
+        content = self._file_content(file_id) if file_id else None
+        if content is None:
+            status, body = 404, b"Not Found"
+        elif self._auth_error(token) is not None:
+            status, body = 403, b"Forbidden"
+        else:
+            status, body = 200, content
+        self.downloads.append(FileDownload(file_id=file_id, token=token, status=status))
+        return web.Response(status=status, body=body, content_type="application/octet-stream")
+
+    def _file_content(self, file_id: str) -> bytes | None:
+        if file_id in self.shared_files:
+            return self.shared_files[file_id][1]
+        for uploaded in self.files:
+            if uploaded.id == file_id:
+                return uploaded.content
+        return None
+
     async def _handle_upload(self, request: web.Request) -> web.Response:
         upload = self._uploads.get(request.match_info["file_id"])
         if upload is None:
@@ -1559,27 +1607,59 @@ class FakeSlackAPI:
         return {"ok": True, "files": objects}
 
     def _file_object(self, upload: _PendingUpload, title: str | None) -> dict[str, Any]:
-        mimetype, filetype = _file_type(upload.filename)
-        base = f"https://files.slack.com/files-pri/{self.team_id}-{upload.file_id}"
+        return self._shared_file_object(
+            upload.file_id, upload.filename, upload.content or b"", user=self.bot_user_id,
+            title=title,
+        )  # fmt: skip
+
+    def _shared_file_object(
+        self, file_id: str, filename: str, content: bytes, *, user: str,
+        title: str | None = None, mimetype: str | None = None, filetype: str | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        guessed_mimetype, guessed_filetype = _file_type(filename)
+        # Served by this server (never the real files.slack.com), as Slack serves them.
+        assert self._root is not None
+        base = f"{self._root}files-pri/{self.team_id}-{file_id}"
         return {
-            "id": upload.file_id,
+            "id": file_id,
             "created": 1_700_000_000,
             "timestamp": 1_700_000_000,
-            "name": upload.filename,
-            "title": title or upload.filename,
-            "mimetype": mimetype,
-            "filetype": filetype,
-            "user": self.bot_user_id,
+            "name": filename,
+            "title": title or filename,
+            "mimetype": mimetype or guessed_mimetype,
+            "filetype": filetype or guessed_filetype,
+            "user": user,
             "user_team": self.team_id,
-            "size": len(upload.content or b""),
+            "size": len(content),
             "mode": "hosted",
             "is_external": False,
             "is_public": False,
-            "url_private": f"{base}/{upload.filename}",
-            "url_private_download": f"{base}/download/{upload.filename}",
-            "permalink": f"https://{self.team_domain}.slack.com/files/"
-            f"{self.bot_user_id}/{upload.file_id}/{upload.filename}",
+            "url_private": f"{base}/{filename}",
+            "url_private_download": f"{base}/download/{filename}",
+            "permalink": f"https://{self.team_domain}.slack.com/files/{user}/{file_id}/{filename}",
         }
+
+    def add_file(
+        self, filename: str, content: bytes, *, user: str = "UALICE",
+        mimetype: str | None = None, filetype: str | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Store a file a person shared; return its file object, as in a message's ``files``.
+
+        Its ``url_private`` / ``url_private_download`` are served by this fake, and only
+        to a request carrying a valid bot token.
+
+        Args:
+            filename: The file's name (its type is guessed from it unless given).
+            content: The bytes served for it.
+            user: Who shared it.
+            mimetype: Overrides the guessed ``mimetype``.
+            filetype: Overrides the guessed ``filetype``.
+        """
+        file_id = self._next_id("F")
+        self.shared_files[file_id] = (filename, content)
+        return self._shared_file_object(
+            file_id, filename, content, user=user, mimetype=mimetype, filetype=filetype
+        )
 
     # ----------------------------------------------------------------- methods: assistant
 

@@ -11,7 +11,9 @@ and any other slack_sdk method, ``api_call("method.name")``, the SDK helpers
 ``files_upload_v2`` and ``chat_stream``, and Bolt's ``say`` / ``say_stream`` /
 ``set_status`` under ``bot/slack/``). Each call must be in ``METHOD_SCOPES`` and
 have one of its scopes declared; each declared scope must be needed by a call, a
-subscribed event, the slash command or an enabled feature.
+subscribed event, the slash command, an enabled feature or a file download. A file
+download is a plain HTTP GET of a file object's private URL with the bot token, not a
+Web API method: the scanner finds it by the fields it reads (``DOWNLOAD_FIELDS``).
 """
 
 from __future__ import annotations
@@ -122,6 +124,12 @@ FEATURE_SCOPES: dict[str, str] = {
     "assistant_view": "assistant:write",
 }
 
+# A file object's private URLs: fetching one with the bot token needs files:read
+# (docs.slack.dev/messaging/working-with-files). Code in bot/ that reads these fields
+# downloads files.
+DOWNLOAD_FIELDS: frozenset[str] = frozenset({"url_private", "url_private_download"})
+DOWNLOAD_SCOPES: frozenset[str] = frozenset({"files:read"})
+
 REQUIRED_EVENTS = {
     "app_mention",
     "message.im",
@@ -159,6 +167,10 @@ COMPUTED = "<api_call with a computed method name>"
 class Call:
     method: str  # Web API method, e.g. "chat.update"
     where: str  # "path:line"
+
+
+# The design reads files attached to messages (DESIGN.md, "Slack surface").
+BATON_DOWNLOADS: tuple[Call, ...] = (Call("download url_private_download", "DESIGN.md"),)
 
 
 def _api_method_of(sdk_name: str) -> tuple[str, ...]:
@@ -204,6 +216,30 @@ def scan_source(source: str, name: str = "<sample>", *, bolt: bool = False) -> l
             found += [(position, method) for method in methods]
     found.sort(key=lambda item: item[0])
     return [Call(method, f"{name}:{line}") for (line, _), method in found]
+
+
+def scan_downloads(source: str, name: str = "<sample>") -> list[Call]:
+    """Where ``source`` names a file object's private URL field (a file download)."""
+    return sorted(
+        (
+            Call(f"download {node.value}", f"{name}:{node.lineno}")
+            for node in ast.walk(ast.parse(source, filename=name))
+            if isinstance(node, ast.Constant) and node.value in DOWNLOAD_FIELDS
+        ),
+        key=lambda call: int(call.where.rsplit(":", 1)[1]),
+    )
+
+
+def download_needs(downloads: Iterable[Call]) -> list[Need]:
+    return [Need(f"{d.method} ({d.where})", DOWNLOAD_SCOPES) for d in downloads]
+
+
+def scan_download_tree(root: Path) -> list[Call]:
+    calls: list[Call] = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        calls += scan_downloads(path.read_text(encoding="utf-8"), rel)
+    return calls
 
 
 def scan_tree(root: Path) -> list[Call]:
@@ -278,8 +314,8 @@ def extra_scopes(declared: Iterable[str], needs: Iterable[Need]) -> list[str]:
     """The "no more" rule: one line per declared scope that no need would miss."""
     declared, needs = set(declared), list(needs)
     return [
-        f"{scope} is declared but nothing needs it (no call in bot/, event, command or"
-        " feature): remove it from manifest.yml"
+        f"{scope} is declared but nothing needs it (no call in bot/, event, command,"
+        " feature or file download): remove it from manifest.yml"
         for scope in sorted(declared)
         if all(need.scopes & (declared - {scope}) for need in needs)
     ]
@@ -428,6 +464,7 @@ def test_scopes_are_listed_once(manifest: dict[str, Any]) -> None:
 
 def test_every_web_api_call_in_bot_is_known_and_has_its_scope(manifest: dict[str, Any]) -> None:
     needs, problems = method_needs(scan_tree(BOT_DIR))
+    needs += download_needs(scan_download_tree(BOT_DIR))
     problems += missing_scopes(bot_scopes(manifest), needs)
     assert not problems, "\n".join(problems)
 
@@ -439,6 +476,7 @@ def test_manifest_declares_no_scope_that_nothing_needs(manifest: dict[str, Any])
         # manifest against the methods the design says it calls.
         calls = [Call(m, "BATON_METHODS") for m in BATON_METHODS]
     needs, problems = method_needs(calls)
+    needs += download_needs(scan_download_tree(BOT_DIR) or BATON_DOWNLOADS)
     event_needs, event_problems = manifest_needs(manifest)
     problems += event_problems + scope_problems(bot_scopes(manifest), needs + event_needs)
     assert not problems, "\n".join(problems)
@@ -447,6 +485,7 @@ def test_manifest_declares_no_scope_that_nothing_needs(manifest: dict[str, Any])
 def test_the_design_methods_need_exactly_the_declared_scopes(manifest: dict[str, Any]) -> None:
     # When bot/ calls exactly the methods of the design, the manifest is complete and minimal.
     needs, unknown = method_needs(Call(m, "BATON_METHODS") for m in BATON_METHODS)
+    needs += download_needs(BATON_DOWNLOADS)
     assert unknown == []
     event_needs, event_problems = manifest_needs(manifest)
     assert event_problems == []
@@ -480,6 +519,7 @@ async def post(client: AsyncWebClient, channel: str, ts: str) -> None:
     view.update(blocks=[])  # not a Slack method
     await say("not a Bolt listener here")
     await client.reactions_add(channel=channel, timestamp=ts, name="eyes")
+    url = {}.get("url_private_download")  # a file download: not a Web API call
 
 
 def say(text: str) -> None:
@@ -541,6 +581,7 @@ def test_a_sample_calling_the_design_methods_passes_the_manifest(
     manifest: dict[str, Any],
 ) -> None:
     needs, unknown = method_needs(scan_source(SAMPLE))
+    needs += download_needs(scan_downloads(SAMPLE))
     event_needs, _ = manifest_needs(manifest)
     assert unknown == []
     assert scope_problems(bot_scopes(manifest), needs + event_needs) == []
@@ -568,6 +609,7 @@ def test_an_unknown_method_or_a_missing_scope_is_reported(manifest: dict[str, An
 
 def test_an_extra_scope_is_reported(manifest: dict[str, Any]) -> None:
     needs, _ = method_needs(Call(m, "BATON_METHODS") for m in BATON_METHODS)
+    needs += download_needs(BATON_DOWNLOADS)
     event_needs, _ = manifest_needs(manifest)
     problems = scope_problems(
         [*bot_scopes(manifest), "im:write", "pins:write"], needs + event_needs
@@ -580,3 +622,28 @@ def test_an_unknown_event_is_reported(manifest: dict[str, Any]) -> None:
     changed["settings"]["event_subscriptions"]["bot_events"].append("reaction_added")
     _, problems = manifest_needs(changed)
     assert problems == ["event reaction_added is not in EVENT_SCOPES: add it with its scope"]
+
+
+def test_a_file_download_needs_files_read_and_only_it_does(manifest: dict[str, Any]) -> None:
+    source = (
+        "url = file.get('url_private_download') or file.get('url_private')\n"
+        "name = file.get('name')  # url_private is not read here\n"
+    )
+    downloads = scan_downloads(source, "bot/slack/x.py")
+    assert downloads == [
+        Call("download url_private_download", "bot/slack/x.py:1"),
+        Call("download url_private", "bot/slack/x.py:1"),
+    ]
+    needs, _ = method_needs(Call(m, "BATON_METHODS") for m in BATON_METHODS)
+    event_needs, _ = manifest_needs(manifest)
+    declared = bot_scopes(manifest)
+    # Without the download, files:read is extra; without files:read, the download misses it.
+    assert scope_problems(declared, needs + event_needs)[0].startswith("files:read is declared")
+    without = [s for s in declared if s != "files:read"]
+    assert missing_scopes(without, download_needs(downloads)) == [
+        "download url_private_download (bot/slack/x.py:1) needs one of ['files:read'];"
+        " manifest.yml declares none",
+        "download url_private (bot/slack/x.py:1) needs one of ['files:read'];"
+        " manifest.yml declares none",
+    ]
+    assert scan_download_tree(BOT_DIR), "bot/ reads attached files: the scan should find it"
