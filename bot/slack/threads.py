@@ -215,6 +215,7 @@ class SlackThreads:
             return
         user = event["user"]
         active = self.threads.get(key.key)
+        addressed = is_dm or mentioned
         refusal = await self.access.may_start(
             user_id=user,
             channel_id=channel,
@@ -223,10 +224,10 @@ class SlackThreads:
             user_team=event.get("user_team"),
             enterprise_id=enterprise_id,
         )
-        if refusal is None and active is None and (is_dm or mentioned):
+        if refusal is None and active is None and addressed:
             refusal = await self.budgets.refusal(user_id=user, channel_id=channel)
         if refusal is not None:
-            if is_dm or mentioned:
+            if addressed:
                 await self._refuse(
                     refusal, user=user, channel=channel, thread_ts=thread_ts, dm=is_dm
                 )
@@ -234,7 +235,6 @@ class SlackThreads:
                 # Chatter from someone who may not start runs does not steer one either.
                 logger.info("not steering with a message from %s: %s", user, refusal.reason)
             return
-        addressed = is_dm or mentioned
         if active is not None:
             if not addressed and (active.direct or self._mentions_someone_else(text)):
                 # People talking to each other: not for Baton. An `@agent` run reads no
@@ -398,11 +398,21 @@ class SlackThreads:
             await progress.start()
             if progress.ts is not None:
                 await self.run_store.set_progress(run.run_id, progress.ts)
-            await self.admission.wait(
-                run.run_id, run.user_id, on_queued=lambda place: self._show_queued(progress, place)
+            queued = False
+
+            async def show_queued(place: QueuePosition) -> None:
+                nonlocal queued
+                queued = True
+                progress.set_status(queued_status(place))
+
+            await self.admission.wait(run.run_id, run.user_id, on_queued=show_queued)
+            # A run that waited was checked against the daily budget before it did:
+            # an earlier run may have spent the budget meanwhile.
+            refusal = (
+                await self.budgets.refusal(user_id=run.user_id, channel_id=run.channel)
+                if queued
+                else None
             )
-            # Runs queued while under budget must not start once an earlier run spent it.
-            refusal = await self.budgets.refusal(user_id=run.user_id, channel_id=run.channel)
             if refusal is not None:
                 final = "✗ Not started: the daily token budget was spent while it waited"
                 await self._refuse(
@@ -439,20 +449,6 @@ class SlackThreads:
                 status_task.cancel()
             await asyncio.shield(progress.finish(final))
             metrics.record_run(run_outcome(final))
-
-    @staticmethod
-    async def _show_queued(progress: ProgressMessage, place: QueuePosition) -> None:
-        if place.reason == "user":
-            why = "you already have as many runs going as one person may"
-            if place.ahead:
-                why += f", and {place.ahead} run{'s' if place.ahead != 1 else ''} wait ahead"
-        elif place.ahead:
-            why = f"{place.ahead} run{'s' if place.ahead != 1 else ''} ahead"
-        else:
-            why = "next in line; every slot is taken"
-        progress.set_status(
-            f"⏳ Queued: {why}. It starts by itself when a slot frees; Cancel withdraws it."
-        )
 
     def _budget(self, run: ActiveRun) -> RunBudget:
         return RunBudget(
@@ -765,3 +761,16 @@ def run_outcome(final: str) -> str:
     if final.startswith("✗ Interrupted"):
         return "interrupted"
     return "failed"
+
+
+def queued_status(place: QueuePosition) -> str:
+    """The progress status of a run waiting for a slot."""
+    if place.reason == "user":
+        why = "you already have as many runs going as one person may"
+        if place.ahead:
+            why += f", and {place.ahead} run{'s' if place.ahead != 1 else ''} wait ahead"
+    elif place.ahead:
+        why = f"{place.ahead} run{'s' if place.ahead != 1 else ''} ahead"
+    else:
+        why = "next in line; every slot is taken"
+    return f"⏳ Queued: {why}. It starts by itself when a slot frees; Cancel withdraws it."
