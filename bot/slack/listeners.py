@@ -89,7 +89,7 @@ class Listeners:
     async def publish_home(self, user_id: str) -> None:
         running, done = await self.baton.tracker.counts(started_by=user_id)
         tasks = await self.baton.tracker.list(started_by=user_id, limit=HOME_TASKS)
-        usage = await self.threads.budgets.today(user_id=user_id, channel_id=None)
+        usage = await self.baton.budgets.today(user_id=user_id, channel_id=None)
         await self.client.views_publish(
             user_id=user_id,
             view=home_view(
@@ -170,7 +170,7 @@ class Listeners:
         tasks = await self.baton.tracker.list(channel_id=channel, limit=PANEL_TASKS)
         running, done = await self.baton.tracker.counts(channel_id=channel)
         is_approver = await self.deciders.is_approver(user)
-        usage = await self.threads.budgets.today(user_id=user, channel_id=channel)
+        usage = await self.baton.budgets.today(user_id=user, channel_id=channel)
         decisions = await self.approvals.store.recent_decisions(channel, limit=PANEL_DECISIONS)
 
         def viewer_may_cancel(task: TaskRecord) -> bool:
@@ -319,10 +319,8 @@ class Listeners:
 
     async def _may_cancel(self, body: dict[str, Any], user: str, started_by: str | None) -> bool:
         """The starter or an approver; a starter also has to be allowed to start runs now."""
-        if await self.deciders.is_approver(user):
-            return True
-        if not await self.deciders.may_cancel(user, started_by):
-            return False
+        if user != started_by:
+            return await self.deciders.is_approver(user)
         return await self._may_look_by(body, channel=_channel_of(body) or "") is None
 
     # ----------------------------------------------------------------- approvals
