@@ -13,6 +13,7 @@ from sqlalchemy.engine import URL
 from bot.access.budgets import DailyBudgets
 from bot.config import Settings
 from bot.engine import Hook, LLMClient
+from bot.engine.tokens import TokenCounter
 from bot.errors import ConfigError
 from bot.permissions.hook import PermissionHook
 from bot.redaction import Redactor
@@ -195,6 +196,7 @@ async def build_baton(settings: Settings) -> Baton:
         llm=llm,
         store=SessionStore(database),
         tracker=tracker,
+        counter=TokenCounter(),
         database_files=sqlite_files(database.engine.url),
         config_files=[settings.config_path] if settings.config_path else [],
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bot.config import Settings
 from bot.engine import Hook, LLMClient
+from bot.engine.tokens import TokenCounter
 from bot.permissions.danger import find_path_danger
 from bot.permissions.hook import PermissionHook
 from bot.permissions.rules import PermissionRules
@@ -83,6 +84,8 @@ class SharedParts:
     llm: LLMClient
     store: SessionStore
     tracker: TaskTracker
+    # Token counts, calibration and windows learnt per model: one for the process.
+    counter: TokenCounter
     # Baton's database files and config file: masked in the sandbox, refused by the tools.
     database_files: Sequence[Path]
     config_files: Sequence[Path]
@@ -153,6 +156,7 @@ async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[P
         default_max_turns=settings.max_turns,
         max_background_tasks=settings.max_background_tasks,
         context_window=settings.context_window,
+        counter=shared.counter,
     )
     main_agent = MainAgent(
         llm=shared.llm,

@@ -155,6 +155,7 @@ class SubAgentRunner:
         default_max_turns: int,
         max_background_tasks: int,
         context_window: int | None = None,
+        counter: TokenCounter | None = None,
     ) -> None:
         self.llm = llm
         self.tracker = tracker
@@ -165,8 +166,9 @@ class SubAgentRunner:
         self.max_background_tasks = max_background_tasks
         # The window of agents whose definition names none (`context_window: 0`).
         self.context_window = context_window
-        # One calibration per model, kept across runs (the main agent uses it too).
-        self.counter = TokenCounter()
+        # One calibration per model, kept across runs (the main agent uses it too); the
+        # composition root shares one between every workspace's runner.
+        self.counter = counter if counter is not None else TokenCounter()
 
     def build_engine(
         self,

@@ -129,6 +129,9 @@ async def test_sites_share_the_database_sessions_and_tasks_but_not_their_tools(
     assert site_a.conversations.tracker is site_b.conversations.tracker is baton.tracker
     assert site_a.runner.workspace == site_a.root and site_b.runner.workspace == site_b.root
     assert site_a.tools is not site_b.tools and site_a.permissions.workspace is site_a.workspace
+    # What is learnt of a model (calibration, its stated window) holds in every workspace.
+    assert site_a.runner.counter is site_b.runner.counter is baton.default_site.runner.counter
+    assert site_a.main_agent.counter is site_a.runner.counter
 
 
 async def test_each_sites_sandbox_hides_every_other_site(baton: Baton, layout: Layout) -> None:
