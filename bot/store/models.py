@@ -208,3 +208,28 @@ class ApprovalDecidersRow(SQLModel, table=True):
     # Sets of user and group ids; a decider must be in every set. Empty: the usual deciders.
     approver_sets: list[list[str]] = Field(default_factory=list, sa_column=Column(JSON))
     self_approval: bool = True
+
+
+class FeedbackRow(SQLModel, table=True):
+    """One person's 👍 or 👎 on a run's answer; a later click replaces the earlier one."""
+
+    __tablename__ = "feedback"
+
+    run_id: str = Field(primary_key=True, foreign_key="runs.id", max_length=64)
+    user_id: str = Field(primary_key=True, max_length=32)
+    channel_id: str = Field(max_length=32, index=True)
+    value: str = Field(max_length=8)  # "good" or "bad"
+    created_at: datetime = _timestamp(nullable=False)
+
+
+class SlackRateRow(SQLModel, table=True):
+    """One Slack rate limit shared by every replica: a method's, or a channel's messages.
+
+    `tat` is the limit's theoretical arrival time (GCRA): seconds since the epoch on
+    the database's clock, so replicas whose clocks disagree still share one budget.
+    """
+
+    __tablename__ = "slack_rate"
+
+    key: str = Field(primary_key=True, max_length=128)
+    tat: float = 0.0
