@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import logging
 import math
 import random
 import re
@@ -27,6 +28,7 @@ from bot.engine.events import ModelWaiting
 from bot.engine.messages import ChatMessage, ToolCall, Usage
 from bot.errors import ContextLengthError, LLMError
 
+logger = logging.getLogger(__name__)
 DEFAULT_MAX_CONCURRENT = 32
 DEFAULT_RETRY_DEADLINE_S = 120.0
 DEFAULT_STALL_TIMEOUT_S = 60.0
@@ -45,6 +47,19 @@ _RETRIED_CLIENT_STATUSES = frozenset({408, 409, 429})
 _CONTEXT_LENGTH = re.compile(
     r"context[_ ]length[_ ]exceeded|maximum context length|context (?:length|window)"
     r"[^.]*(?:exceed|too long)",
+    re.IGNORECASE,
+)
+# A provider refusing image parts for the model asked (OpenAI, vLLM, llama.cpp, Ollama,
+# LM Studio, DeepSeek word it so), as opposed to refusing one image (too large, broken),
+# which says nothing of the model.
+_IMAGES_REFUSED = re.compile(
+    r"invalid content type|unsupported content(?: part)? type|content type[^.]*not supported"
+    r"|unknown variant\W{0,2}image_url"
+    r"|(?:image|vision|multi-?modal)[^.]*(?:not (?:be )?(?:supported|accepted|allowed|enabled|"
+    r"available)|unsupported|only (?:be )?supported)"
+    r"|(?:does ?n[o']t|do ?n[o']t|cannot|can't) (?:support|accept|handle|take) "
+    r"(?:images?|image inputs?|image_url|vision|multi-?modal)"
+    r"|not an? (?:vision|multi-?modal|image)[- ](?:capable |enabled )?model",
     re.IGNORECASE,
 )
 # A figure as providers write it: 128000, 128,000, 128 000 or 128k.
@@ -135,6 +150,14 @@ class _Answer:
         )
 
 
+class _ImagesRefused(Exception):
+    """The provider said the model takes no image parts."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
 class _Transient(Exception):
     """One attempt failed in a way worth retrying."""
 
@@ -152,6 +175,10 @@ class LLMClient:
     be announced to the run, bounded by a deadline and abandon a stalled stream.
     `max_concurrent` caps the calls in flight for the whole process; a call waiting
     out a backoff does not hold a place.
+
+    A model the provider says takes no images gets its calls again with a note in
+    place of each image part, and is remembered (for this client, one per process) so
+    that its later calls send the notes straight away.
     """
 
     def __init__(
@@ -177,6 +204,19 @@ class LLMClient:
         self._sleep = sleep
         self._clock = clock
         self._slots = asyncio.Semaphore(max_concurrent)
+        self._no_images: set[str] = set()
+
+    def accepts_images(self, model: str) -> bool:
+        """False once the provider refused image parts for `model`."""
+        return model not in self._no_images
+
+    def _refuse_images(self, model: str, detail: str) -> None:
+        if model in self._no_images:
+            return
+        self._no_images.add(model)
+        logger.warning(
+            "%s takes no images (%s): its images are named in text from now on", model, detail
+        )
 
     async def stream(
         self,
@@ -195,9 +235,10 @@ class LLMClient:
             LLMError: The provider refused the request, or kept failing until the
                 deadline.
         """
+        images = self.accepts_images(model) and any(m.images for m in messages)
         request: dict[str, Any] = {
             "model": model,
-            "messages": [m.to_openai() for m in messages],
+            "messages": [m.to_openai(images=images) for m in messages],
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -225,6 +266,14 @@ class LLMClient:
                     raise _Transient(
                         "connection dropped", "the model provider's answer ended unfinished"
                     )
+            except _ImagesRefused as refused:
+                if not images:
+                    raise LLMError(refused.detail) from refused.__cause__
+                # Once, at once: the same request with notes in place of the images.
+                self._refuse_images(model, refused.detail)
+                images = False
+                request["messages"] = [m.to_openai(images=False) for m in messages]
+                continue
             except _Transient as failure:
                 retries += 1
                 first = first or failure
@@ -315,6 +364,8 @@ class LLMClient:
                 raise ContextLengthError(
                     detail, limit=_first_int(_LIMIT, message), tokens=_first_int(_TOKENS, message)
                 ) from exc
+            if status in (400, 415, 422) and _IMAGES_REFUSED.search(message):
+                raise _ImagesRefused(detail) from exc
             if status == 429:
                 return _Transient("rate limited", detail, _retry_after(exc.response.headers))
             if status >= 500 or status in _RETRIED_CLIENT_STATUSES:

@@ -9,9 +9,11 @@ window first (see `bot.engine.context`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from bot import metrics
@@ -36,7 +38,14 @@ from bot.engine.hooks import (
     decide,
 )
 from bot.engine.llm import LLMClient, LLMResponse, TextChunk
-from bot.engine.messages import ChatMessage, ToolCall, Usage, is_summary, summary_message
+from bot.engine.messages import (
+    ChatMessage,
+    ImagePart,
+    ToolCall,
+    Usage,
+    is_summary,
+    summary_message,
+)
 from bot.engine.meter import Meter
 from bot.engine.tokens import TokenCounter, reply_reserve
 from bot.errors import ContextLengthError, LLMError, ToolError
@@ -62,6 +71,23 @@ MIN_BUDGET = 256
 Emit = Callable[[RunEvent], None]
 # Messages that arrived while the run was going on (steering), taken before each LLM call.
 Inbox = Callable[[], Sequence[ChatMessage]]
+
+# Images for the prompt of the next run started in this context, for callers that start
+# a run through code that passes only text (a sub-agent run directly by a person). The
+# run takes them once: its own tool calls (sub-agents it starts) do not see them.
+_prompt_images: contextvars.ContextVar[tuple[ImagePart, ...]] = contextvars.ContextVar(
+    "prompt_images", default=()
+)
+
+
+@contextmanager
+def prompt_images(images: Sequence[ImagePart]) -> Iterator[None]:
+    """Give `images` to the prompt of the next run started within this block."""
+    token = _prompt_images.set(tuple(images))
+    try:
+        yield
+    finally:
+        _prompt_images.reset(token)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,8 +165,11 @@ class Engine:
         history: Sequence[ChatMessage] = (),
         transcript: list[ChatMessage] | None = None,
         inbox: Inbox | None = None,
+        images: Sequence[ImagePart] = (),
     ) -> AsyncIterator[RunEvent]:
         """Run the loop on `prompt` after `history`, yielding events; `Done` comes last.
+
+        `images` go with the prompt as image parts (else those given by `prompt_images`).
 
         New messages (the prompt, the model's replies, tool results) are appended
         to `transcript` as they happen, so a caller can persist what a cancelled
@@ -150,8 +179,11 @@ class Engine:
         """
         queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
         new_messages = transcript if transcript is not None else []
+        first = ChatMessage(
+            role="user", content=prompt, images=tuple(images or _prompt_images.get())
+        )
         driver = asyncio.create_task(
-            self._drive(prompt, list(history), new_messages, queue.put_nowait, inbox)
+            self._drive(first, list(history), new_messages, queue.put_nowait, inbox)
         )
         driver.add_done_callback(lambda _: queue.put_nowait(None))
         try:
@@ -165,12 +197,13 @@ class Engine:
 
     async def _drive(
         self,
-        prompt: str,
+        prompt: ChatMessage,
         history: list[ChatMessage],
         new_messages: list[ChatMessage],
         emit: Emit,
         inbox: Inbox | None = None,
     ) -> None:
+        _prompt_images.set(())  # this task's copy: runs started by its tools get none
         system = [ChatMessage(role="system", content=self.system_prompt)]
         conversation = _Conversation(system=system if self.system_prompt else [], history=history)
 
@@ -178,7 +211,7 @@ class Engine:
             conversation.run.append(message)
             new_messages.append(message)
 
-        add(ChatMessage(role="user", content=prompt))
+        add(prompt)
         usage = Usage()
         turns = 0
         last_text = ""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -27,18 +27,75 @@ class ToolCall:
         }
 
 
+IMAGE_MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImagePart:
+    """An image sent with a user message: its file name, media type and base64 bytes.
+
+    Only the request carries the bytes: a stored message keeps its text, which names
+    the image, so `data` never reaches the database or a log (it is left out of repr).
+    """
+
+    name: str
+    media_type: str
+    data: str = field(repr=False)  # base64, no line breaks
+
+    def __post_init__(self) -> None:
+        if self.media_type not in IMAGE_MEDIA_TYPES:
+            raise ValueError(f"not an image type models take: {self.media_type!r}")
+
+    @property
+    def data_url(self) -> str:
+        return f"data:{self.media_type};base64,{self.data}"
+
+    def to_openai(self) -> dict[str, Any]:
+        return {"type": "image_url", "image_url": {"url": self.data_url}}
+
+    @property
+    def refused_note(self) -> str:
+        """What stands for the image when the model takes no images."""
+        return f"[image {self.name}: this model does not accept images]"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatMessage:
-    """A Chat Completions message; `name` is the tool's name on tool results."""
+    """A Chat Completions message; `name` is the tool's name on tool results.
+
+    `images` (user messages only) go to the model as image parts after the text;
+    the text itself names them, so a history without the parts still says what was sent.
+    """
 
     role: Role
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    images: tuple[ImagePart, ...] = ()
 
-    def to_openai(self) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": self.role, "content": self.content}
+    def __post_init__(self) -> None:
+        if self.images and self.role != "user":
+            raise ValueError("only a user message can carry images")
+
+    def without_images(self) -> ChatMessage:
+        """This message with each image replaced by a note that the model takes none."""
+        if not self.images:
+            return self
+        notes = "\n".join(image.refused_note for image in self.images)
+        text = f"{self.content}\n\n{notes}" if self.content else notes
+        return replace(self, content=text, images=())
+
+    def to_openai(self, *, images: bool = True) -> dict[str, Any]:
+        """The message as Chat Completions takes it; with `images=False`, notes stand
+        for its images (for a model that takes none)."""
+        if self.images and not images:
+            return self.without_images().to_openai()
+        content: str | list[dict[str, Any]] | None = self.content
+        if self.images:
+            text = [{"type": "text", "text": self.content}] if self.content else []
+            content = [*text, *(image.to_openai() for image in self.images)]
+        message: dict[str, Any] = {"role": self.role, "content": content}
         if self.tool_calls:
             message["tool_calls"] = [call.to_openai() for call in self.tool_calls]
         if self.role == "tool":

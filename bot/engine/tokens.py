@@ -28,6 +28,13 @@ ENCODING = "o200k_base"
 MESSAGE_OVERHEAD = 4
 CALL_OVERHEAD = 8
 REQUEST_OVERHEAD = 3
+# An image part, whatever its size. OpenAI bills an image at high detail as 85 tokens
+# plus 170 per 512-pixel tile of the image scaled to fit 2048 pixels and then to 768 on
+# its short side: a square screenshot comes to 4 tiles, 765 tokens. Wider images cost
+# more (up to 1,445 for a long strip, 2x4 tiles), smaller or "low" ones less; providers
+# differ again. One fixed figure keeps counting pure (no image decoding here), and the
+# per-model calibration absorbs the difference once the provider reports its usage.
+IMAGE_TOKENS = 765
 # bpe-openai refuses single inputs of a million characters and more; long texts are
 # counted in pieces (a piece boundary costs at most a token or two).
 _PIECE_CHARS = 200_000
@@ -72,10 +79,31 @@ class TokenCounter:
         self._windows: dict[str, int] = {}
 
     def text(self, text: str | None) -> int:
-        return _count_text(text) if text else 0
+        """Tokens of a text; a list of content parts is counted as `content` does."""
+        if not text:
+            return 0
+        if not isinstance(text, str):
+            return self.content(text)
+        return _count_text(text)
+
+    def content(self, content: object) -> int:
+        """A message content as Chat Completions takes it: a string, or a list of parts
+        (text counted, each image a fixed `IMAGE_TOKENS`, never its data URL)."""
+        if isinstance(content, str):
+            return self.text(content)
+        tokens = 0
+        for part in content if isinstance(content, list | tuple) else ():
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "image_url":
+                tokens += IMAGE_TOKENS
+            elif isinstance(part.get("text"), str):
+                tokens += self.text(part["text"])
+        return tokens
 
     def message(self, message: ChatMessage) -> int:
         tokens = MESSAGE_OVERHEAD + self.text(message.content) + self.text(message.name)
+        tokens += IMAGE_TOKENS * len(message.images)
         for call in message.tool_calls:
             tokens += CALL_OVERHEAD + self.text(call.name) + self.text(call.arguments)
         return tokens

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from bot.engine import ApprovalFunc, ChatMessage, Done, Meter, RunEvent
-from bot.engine.loop import Inbox
-from bot.engine.messages import repair_history
+from bot.engine.loop import Inbox, prompt_images
+from bot.engine.messages import ImagePart, repair_history
 from bot.sessions.compaction import SessionCompactor
 from bot.sessions.main_agent import MainAgent, Turn
 from bot.store import SessionKey, SessionStore
@@ -60,6 +60,7 @@ class Conversations:
         inbox: Inbox | None = None,
         context: str | None = None,
         meter: Meter | None = None,
+        images: Sequence[ImagePart] = (),
     ) -> AsyncIterator[RunEvent]:
         """Run the main agent on `text` in session `key`, yielding its events.
 
@@ -71,6 +72,10 @@ class Conversations:
 
         The history starts from the latest summary; when a request would not fit the
         model's window, the engine folds older messages into a new one, stored here.
+
+        `images` go to the model with the text, as image parts of the same message.
+        Only the text is stored (it names the images), so later turns and summaries
+        see which images there were, not their bytes.
         """
         session = await self.store.get_or_create(key)
         async with self.lock_for(key):
@@ -97,7 +102,7 @@ class Conversations:
             transcript: list[ChatMessage] = []
             try:
                 async for event in engine.run_stream(
-                    prompt, history=history, transcript=transcript, inbox=inbox
+                    prompt, history=history, transcript=transcript, inbox=inbox, images=images
                 ):
                     if isinstance(event, Done):
                         await self.store.add_usage(
@@ -120,11 +125,12 @@ class Conversations:
         user_id: str | None = None,
         progress: ProgressSink | None = None,
         meter: Meter | None = None,
+        images: Sequence[ImagePart] = (),
     ) -> TaskOutcome:
         """`@agent text`: run one sub-agent directly in the foreground, no main LLM call.
 
-        The exchange is written to the session's history, so the main agent knows of
-        it next turn.
+        `images` go with the task's text, as image parts. The exchange (text only) is
+        written to the session's history, so the main agent knows of it next turn.
         """
         registry = self.main_agent.registry
         definition = registry.get(agent)
@@ -139,12 +145,13 @@ class Conversations:
                 progress=progress,
                 meter=meter,
             )
-            outcome = await self.main_agent.runner.run_foreground(
-                definition,
-                text,
-                description=text[:60],
-                parent=self.main_agent.parent_context(turn),
-            )
+            with prompt_images(images):
+                outcome = await self.main_agent.runner.run_foreground(
+                    definition,
+                    text,
+                    description=text[:60],
+                    parent=self.main_agent.parent_context(turn),
+                )
             reply = (
                 outcome.text
                 if outcome.state == "completed"
