@@ -39,6 +39,7 @@ CANCEL_RUN = "baton_cancel_run"
 VIEW_LOG = "baton_view_log"
 CANCEL_TASK = "baton_cancel_task"
 LOG_PAGE = "baton_log_page"
+FEEDBACK_ACTION = "answer_feedback"
 
 STATE_MARKS = {"running": "●", "completed": "✓", "failed": "✗", "cancelled": "⊘"}
 
@@ -54,6 +55,8 @@ PROGRESS_LINE_CHARS = 300
 
 _CODE_OVERHEAD = len("```\n\n```")
 _CODE_TOKEN = re.compile(r"&(?:amp|lt|gt);|`\u200b``|.", re.DOTALL)
+# A feedback button's value: the rating, then the run id (as `runs.id` allows).
+_FEEDBACK_VALUE = re.compile(r"(good|bad):([A-Za-z0-9_-]{1,64})")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -500,6 +503,62 @@ def task_log_modal(detail: TaskDetail, *, page: int = 0) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------- feedback
+
+
+def feedback_blocks(run_id: str) -> list[Block]:
+    """The 👍/👎 buttons under a run's final answer (Slack's block for AI answers).
+
+    A click comes back as `FEEDBACK_ACTION` with the value ``good:<run_id>`` or
+    ``bad:<run_id>``; see `bot.slack.listeners`.
+
+    Raises:
+        ValueError: If `run_id` is not one `parse_feedback` would read back.
+    """
+    if parse_feedback(f"good:{run_id}") is None:
+        raise ValueError(f"not a run id: {run_id[:80]!r}")
+    return [
+        {
+            "type": "context_actions",
+            "elements": [
+                {
+                    "type": "feedback_buttons",
+                    "action_id": FEEDBACK_ACTION,
+                    "positive_button": {
+                        "text": {"type": "plain_text", "text": "👍"},
+                        "accessibility_label": "Good answer",
+                        "value": f"good:{run_id}",
+                    },
+                    "negative_button": {
+                        "text": {"type": "plain_text", "text": "👎"},
+                        "accessibility_label": "Bad answer",
+                        "value": f"bad:{run_id}",
+                    },
+                }
+            ],
+        }
+    ]
+
+
+def parse_feedback(value: object) -> tuple[str, str] | None:
+    """A feedback button's value as (``"good"`` or ``"bad"``, run id); None if malformed.
+
+    Strict: the value comes from whoever sent the click, so anything but exactly what
+    `feedback_blocks` writes is refused.
+    """
+    if not isinstance(value, str):
+        return None
+    match = _FEEDBACK_VALUE.fullmatch(value)
+    return (match[1], match[2]) if match else None
+
+
+def feedback_line(good: int, bad: int) -> str | None:
+    """App Home's line of ratings, "Answers rated 👍 12 · 👎 3"; None when there are none."""
+    if good <= 0 and bad <= 0:
+        return None
+    return f"Answers rated 👍 {good:,} · 👎 {bad:,}"
+
+
 # ---------------------------------------------------------------------- App Home
 
 HOME_HINT = (
@@ -516,12 +575,14 @@ def home_view(
     now: datetime,
     warning: str | None = None,
     usage: str | None = None,
+    feedback: str | None = None,
 ) -> dict[str, Any]:
     """The App Home tab: task counts, today's usage and the viewer's recent tasks.
 
     `warning` is something every user should know before giving work (commands running
     without a sandbox); it stands right under the title. `usage` is one line of the
-    viewer's token usage today.
+    viewer's token usage today; `feedback` one line of how their answers were rated
+    (see `feedback_line`).
     """
     blocks: list[Block] = [
         {
@@ -534,6 +595,8 @@ def home_view(
     blocks.append(_section(_counts(running, done)))
     if usage:
         blocks.append(_context(escape_mrkdwn(_clip(usage, 2_000))))
+    if feedback:
+        blocks.append(_context(escape_mrkdwn(_clip(feedback, 2_000))))
     blocks += [
         {"type": "divider"},
         _section("*Your recent tasks*"),

@@ -18,14 +18,18 @@ from bot.slack.approvals import SlackApprovals, approval_value
 from bot.slack.blocks import (
     CANCEL_RUN,
     CANCEL_TASK,
+    FEEDBACK_ACTION,
     LOG_PAGE,
     VIEW_LOG,
+    feedback_line,
     home_view,
+    parse_feedback,
     task_detail_blocks,
     task_log_modal,
     tasks_panel,
 )
 from bot.slack.threads import SlackThreads
+from bot.store.feedback import FeedbackStore
 from bot.store.tasks import TaskRecord
 
 logger = logging.getLogger(__name__)
@@ -50,6 +54,7 @@ class Listeners:
         self.client = threads.client
         self.deciders = deciders
         self.approvals = approvals
+        self.feedback = FeedbackStore(baton.database)
 
     def register(self, app: AsyncApp) -> None:
         app.event("app_mention")(self.handle_app_mention)
@@ -63,6 +68,7 @@ class Listeners:
         app.action(APPROVE)(self.handle_approve)
         app.action(DENY)(self.handle_deny)
         app.action(SHOW_ARGUMENTS)(self.handle_show_arguments)
+        app.action(FEEDBACK_ACTION)(self.handle_feedback)
 
     # -------------------------------------------------------------------- events
 
@@ -90,6 +96,8 @@ class Listeners:
         running, done = await self.baton.tracker.counts(started_by=user_id)
         tasks = await self.baton.tracker.list(started_by=user_id, limit=HOME_TASKS)
         usage = await self.baton.budgets.today(user_id=user_id, channel_id=None)
+        # The viewer's own runs: how everyone rated the answers given to them.
+        rated = await self.feedback.counts(started_by=user_id)
         await self.client.views_publish(
             user_id=user_id,
             view=home_view(
@@ -99,6 +107,7 @@ class Listeners:
                 now=datetime.now(UTC),
                 warning=self.baton.sandbox_notice,
                 usage=describe_usage(usage),
+                feedback=feedback_line(rated.good, rated.bad),
             ),
         )
 
@@ -322,6 +331,32 @@ class Listeners:
         if user != started_by:
             return await self.deciders.is_approver(user)
         return await self._may_look_by(body, channel=_channel_of(body) or "") is None
+
+    # ------------------------------------------------------------------ feedback
+
+    async def handle_feedback(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        self.threads.spawn(self.record_feedback(body), "feedback")
+
+    async def record_feedback(self, body: dict[str, Any]) -> None:
+        """Keep a 👍/👎 click on an answer, for the run of the channel it was clicked in."""
+        user = (body.get("user") or {}).get("id")
+        actions = body.get("actions") or [{}]
+        parsed = parse_feedback(actions[0].get("value"))
+        channel = _channel_of(body)
+        if parsed is None or not isinstance(user, str) or not user or not channel:
+            logger.info("ignored a feedback click that is not one of Baton's buttons")
+            return
+        value, run_id = parsed
+        if not await self.feedback.record(run_id, user_id=user, channel_id=channel, value=value):
+            # The value names no run of this channel: carried here from elsewhere, or made up.
+            logger.info("ignored feedback on run %s, which is not in channel %s", run_id, channel)
+            return
+        mark = "👍" if value == "good" else "👎"
+        try:
+            await self._ephemeral(channel, user, f"Thanks — noted {mark}")
+        except SlackApiError as exc:
+            logger.info("could not thank for the feedback: %s", exc.response.get("error"))
 
     # ----------------------------------------------------------------- approvals
 
