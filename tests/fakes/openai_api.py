@@ -10,6 +10,11 @@ of requests, ``Reply(stall_after=…)`` stops sending mid-stream, ``Reply(drop_a
 closes the connection mid-stream, and ``FakeOpenAI(context_window=N)`` refuses requests
 longer than ``N`` tokens as OpenAI does (HTTP 400, ``context_length_exceeded``).
 
+User messages may carry content-part arrays (text and ``image_url`` parts);
+``RecordedRequest.image_urls`` lists the images a request sent, and
+``FakeOpenAI(accepts_images=False)`` answers a request with images as a text-only
+model does (HTTP 400, ``Invalid content type. image_url is only supported by …``).
+
 Example:
     async with FakeOpenAI() as fake:
         fake.script(Reply(text="hello"), Reply(tool_calls=[ToolCallSpec("ls", {"path": "."})]))
@@ -49,6 +54,9 @@ __all__ = [
     "Usage",
     "count_prompt_tokens",
 ]
+
+# What OpenAI answers when a text-only model is sent an image part.
+IMAGES_REFUSED_MESSAGE = "Invalid content type. image_url is only supported by certain models."
 
 DEFAULT_MODEL = "fake-model"
 NO_REPLY_MESSAGE = "FakeOpenAI: no scripted reply left"
@@ -238,6 +246,11 @@ class RecordedRequest:
         return self.body.get("model")
 
     @property
+    def image_urls(self) -> list[str]:
+        """The URLs (``data:`` URLs for uploads) of every image part, in order."""
+        return [url for _, _, url in _image_parts(self.body)]
+
+    @property
     def tools(self) -> list[str]:
         """Names of the tool functions offered in the request."""
         names: list[str] = []
@@ -277,6 +290,23 @@ def _error_body(
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
+def _image_parts(body: dict[str, Any]) -> list[tuple[int, int, str]]:
+    """(message index, part index, url) of each ``image_url`` content part."""
+    found: list[tuple[int, int, str]] = []
+    for m, message in enumerate(body.get("messages") or []):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for p, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                image = part.get("image_url")
+                url = image.get("url") if isinstance(image, dict) else image
+                found.append((m, p, str(url or "")))
+    return found
+
+
+# An image part counts as much as OpenAI bills a 1024x1024 image at high detail.
+IMAGE_TOKENS = 765
 # Tokens added per message (role and separators) and once per request (the reply's
 # priming), roughly as OpenAI's own counting guide has it.
 MESSAGE_OVERHEAD_TOKENS = 3
@@ -301,9 +331,10 @@ def _tokens(text: str) -> int:
 def count_prompt_tokens(body: dict[str, Any]) -> int:
     """Count a chat request's tokens the way the fake enforces its context window.
 
-    Every message's content (text parts of a list too), name, and tool calls (name and
-    arguments), plus ``MESSAGE_OVERHEAD_TOKENS`` a message, plus the tool schemas as
-    JSON, plus ``REQUEST_OVERHEAD_TOKENS``.
+    Every message's content (text parts of a list too, ``IMAGE_TOKENS`` an image part,
+    whatever its data), name, and tool calls (name and arguments), plus
+    ``MESSAGE_OVERHEAD_TOKENS`` a message, plus the tool schemas as JSON, plus
+    ``REQUEST_OVERHEAD_TOKENS``.
     """
     total = REQUEST_OVERHEAD_TOKENS
     for message in body.get("messages") or []:
@@ -314,9 +345,13 @@ def count_prompt_tokens(body: dict[str, Any]) -> int:
         if isinstance(content, str):
             total += _tokens(content)
         elif isinstance(content, list):
-            total += sum(
-                _tokens(part.get("text") or "") for part in content if isinstance(part, dict)
-            )
+            for part in content:
+                if not isinstance(part, dict):
+                    continue
+                if part.get("type") == "image_url":
+                    total += IMAGE_TOKENS
+                elif isinstance(part.get("text"), str):
+                    total += _tokens(part["text"])
         if isinstance(message.get("name"), str):
             total += _tokens(message["name"])
         for call in message.get("tool_calls") or []:
@@ -337,6 +372,8 @@ class FakeOpenAI:
     Attributes:
         context_window: When set, requests counted at more tokens than this are refused
             with OpenAI's HTTP 400 ``context_length_exceeded`` error.
+        accepts_images: When False, requests with an image part are refused with the
+            HTTP 400 OpenAI gives a text-only model (recorded, never scripted).
         requests: Every chat completion request received, in arrival order.
         unexpected: Requests that arrived when no scripted reply was left (answered 500).
         errors: Exceptions raised by ``responder`` (the request was answered 500).
@@ -346,17 +383,25 @@ class FakeOpenAI:
         max_in_flight: The most chat requests ever answered at once.
     """
 
-    def __init__(self, *, chunk_size: int = 8, context_window: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        chunk_size: int = 8,
+        context_window: int | None = None,
+        accepts_images: bool = True,
+    ) -> None:
         """Create a stopped fake server.
 
         Args:
             chunk_size: Characters per streamed content / arguments chunk.
             context_window: Tokens a request may hold; unlimited when ``None``.
+            accepts_images: Whether the model takes ``image_url`` content parts.
         """
         if chunk_size < 1:
             raise ValueError("chunk_size must be >= 1")
         self.chunk_size = chunk_size
         self.context_window = context_window
+        self.accepts_images = accepts_images
         self.in_flight = 0
         self.max_in_flight = 0
         self._burst_state: dict[int, tuple[float, int]] = {}
@@ -563,6 +608,11 @@ class FakeOpenAI:
             body = _error_body(
                 message, "invalid_request_error", code="context_length_exceeded", param="messages"
             )
+            return web.json_response(body, status=400)
+        if not self.accepts_images and (images := _image_parts(body)):
+            message_index, part_index, _ = images[0]
+            param = f"messages.[{message_index}].content.[{part_index}].type"
+            body = _error_body(IMAGES_REFUSED_MESSAGE, "invalid_request_error", param=param)
             return web.json_response(body, status=400)
 
         reply = await self._next_reply(recorded)

@@ -14,6 +14,8 @@ import pytest
 from openai import AsyncOpenAI
 
 from tests.fakes.openai_api import (
+    IMAGE_TOKENS,
+    IMAGES_REFUSED_MESSAGE,
     ErrorBurst,
     ErrorReply,
     FakeOpenAI,
@@ -641,3 +643,57 @@ async def test_context_window_refuses_long_requests_like_openai() -> None:
         "code": "context_length_exceeded",
     }
     fake.assert_all_used()
+
+
+PNG_URL = "data:image/png;base64,iVBORw0KGgo="
+WITH_IMAGE: list[Any] = [
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "hello world"},
+            {"type": "image_url", "image_url": {"url": PNG_URL}},
+        ],
+    }
+]
+
+
+def test_an_image_part_counts_a_fixed_amount_whatever_its_data() -> None:
+    base = count_prompt_tokens({"messages": [{"role": "user", "content": "hello world"}]})
+    assert count_prompt_tokens({"messages": WITH_IMAGE}) == base + IMAGE_TOKENS
+    huge = json.loads(json.dumps(WITH_IMAGE))
+    huge[0]["content"][1]["image_url"]["url"] = "data:image/png;base64," + "A" * 1_000_000
+    assert count_prompt_tokens({"messages": huge}) == base + IMAGE_TOKENS
+
+
+async def test_image_parts_are_accepted_and_recorded(fake: FakeOpenAI, client: AsyncOpenAI) -> None:
+    fake.script(Reply(text="a picture"))
+
+    stream = await client.chat.completions.create(model=MODEL, messages=WITH_IMAGE, stream=True)
+    async with stream:
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    assert text == "a picture"
+    assert fake.requests[0].image_urls == [PNG_URL]
+    assert fake.requests[0].messages[0]["content"][0] == {"type": "text", "text": "hello world"}
+
+
+async def test_a_text_only_model_refuses_images_like_openai() -> None:
+    async with FakeOpenAI(accepts_images=False) as fake:
+        fake.script(Reply(text="text is fine"))
+        api = AsyncOpenAI(api_key="sk-test", base_url=fake.url, max_retries=0)
+        try:
+            with pytest.raises(openai.BadRequestError) as info:
+                await api.chat.completions.create(model=MODEL, messages=WITH_IMAGE, stream=True)
+            await collect_stream(api)
+        finally:
+            await api.close()
+
+    assert info.value.status_code == 400
+    assert info.value.body == {
+        "message": IMAGES_REFUSED_MESSAGE,
+        "type": "invalid_request_error",
+        "param": "messages.[0].content.[1].type",
+        "code": None,
+    }
+    assert len(fake.requests) == 2 and fake.requests[0].image_urls == [PNG_URL]
+    fake.assert_all_used()  # the refused request took no scripted reply
