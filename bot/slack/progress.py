@@ -1,4 +1,12 @@
-"""The live progress message of a run: one message, updated in place, rate-limited."""
+"""The live progress message of a run: one message, updated in place, rate-limited.
+
+Updates are the least urgent Slack calls (`Priority.PROGRESS` in the rate budget):
+they take a slot only when `chat.update` has spare capacity, and the update is built
+after the slot is granted, so what is sent is the latest state, never a stale one;
+states that changed while it waited are coalesced into it. The post that creates
+the message and the final write (the outcome, replacing the Cancel button) are
+URGENT: a person is waiting on them.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +14,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.answers import patiently, retry_after
 from bot.slack.blocks import progress_blocks, progress_text
+from bot.slack.rate_budget import Priority, RateBudget, priority
 
 logger = logging.getLogger(__name__)
 
@@ -21,14 +30,20 @@ MIN_UPDATE_INTERVAL_S = 1.0
 FINAL_PATIENCE_S = 60.0
 START_PATIENCE_S = 30.0
 
+# Of every progress message of the process, for benchmarks: "changes" (states shown
+# while running), "updates" (chat.update calls made for them), "finals".
+totals: Counter[str] = Counter()
+
 
 class ProgressMessage:
     """Shows the last lines of a run and a Cancel button while it works.
 
-    Updates are coalesced: at most one `chat.update` per `interval` seconds, the
-    latest state winning. Under HTTP 429 the writer waits for Retry-After. The
-    final state is always written (retried a few times), since it replaces the
-    Cancel button with the outcome.
+    Updates are coalesced: at most one `chat.update` per `interval` seconds, and
+    only when the client's rate budget (if it has one) has room at PROGRESS level;
+    the text is built once the slot is granted, so the latest state wins. Under
+    HTTP 429 the writer waits for Retry-After. The final state is always written
+    (URGENT, retried through rate limits), since it replaces the Cancel button with
+    the outcome.
     """
 
     def __init__(
@@ -49,6 +64,8 @@ class ProgressMessage:
         self.status = "Working…"
         self.ts: str | None = None
         self.updates = 0
+        self.changes = 0
+        self.budget: RateBudget | None = getattr(client, "budget", None)
         self._dirty = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self._last_write = 0.0
@@ -56,17 +73,18 @@ class ProgressMessage:
     async def start(self) -> None:
         """Post the message; if Slack will not take it, the run goes on without one."""
         try:
-            response = await patiently(
-                lambda: self.client.chat_postMessage(
-                    channel=self.channel,
-                    thread_ts=self.thread_ts,
-                    text=progress_text(list(self.lines), self.status),
-                    blocks=progress_blocks(
-                        list(self.lines), run_id=self.run_id, running=True, status=self.status
+            with priority(Priority.URGENT):
+                response = await patiently(
+                    lambda: self.client.chat_postMessage(
+                        channel=self.channel,
+                        thread_ts=self.thread_ts,
+                        text=progress_text(list(self.lines), self.status),
+                        blocks=progress_blocks(
+                            list(self.lines), run_id=self.run_id, running=True, status=self.status
+                        ),
                     ),
-                ),
-                patience_s=START_PATIENCE_S,
-            )
+                    patience_s=START_PATIENCE_S,
+                )
         except SlackApiError as exc:
             logger.warning("no progress message for this run: %s", exc.response.get("error"))
             return
@@ -76,13 +94,22 @@ class ProgressMessage:
 
     def add(self, line: str) -> None:
         self.lines.append(line)
-        if self.ts is not None:
-            self._dirty.set()
+        self._changed()
 
     def set_status(self, status: str) -> None:
         self.status = status
+        self._changed()
+
+    def _changed(self) -> None:
         if self.ts is not None:
+            self.changes += 1
+            totals["changes"] += 1
             self._dirty.set()
+
+    def _slot(self) -> contextlib.AbstractAsyncContextManager[None]:
+        if self.budget is None:
+            return contextlib.nullcontext()
+        return self.budget.slot("chat.update", self.channel, Priority.PROGRESS)
 
     async def _write_loop(self) -> None:
         while True:
@@ -90,9 +117,12 @@ class ProgressMessage:
             wait = self._last_write + self.interval - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
-            self._dirty.clear()
             try:
-                await self._write(running=True)
+                # The slot first, the state after: what waited is shown as it is now.
+                async with self._slot():
+                    self._dirty.clear()
+                    await self._write(running=True)
+                    totals["updates"] += 1
             except SlackApiError as exc:
                 if exc.response.status_code == 429:
                     self._dirty.set()
@@ -124,6 +154,8 @@ class ProgressMessage:
         if self.ts is None:
             return
         try:
-            await patiently(lambda: self._write(running=False), patience_s=FINAL_PATIENCE_S)
+            with priority(Priority.URGENT):
+                await patiently(lambda: self._write(running=False), patience_s=FINAL_PATIENCE_S)
+            totals["finals"] += 1
         except SlackApiError as exc:
             logger.warning("final progress update failed: %s", exc.response.get("error"))

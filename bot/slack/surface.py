@@ -10,6 +10,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.context.async_context import AsyncBoltContext
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
@@ -29,8 +30,10 @@ from bot.config import Settings
 from bot.slack.approvals import POLL_S, SlackApprovals
 from bot.slack.directory import SlackDirectory
 from bot.slack.listeners import Listeners
+from bot.slack.rate_budget import RateBudget, call_channel
 from bot.slack.threads import SlackThreads
 from bot.store.approvals import ApprovalStore
+from bot.store.rate import rate_store_for
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +41,21 @@ MAINTENANCE_EVERY_S = 60.0
 
 
 class CountingWebClient(AsyncWebClient):
-    """The Web API client, counting its calls by method in `baton_slack_api_calls`."""
+    """The Web API client: every call waits for the rate budget, and is counted.
+
+    The budget (`bot/slack/rate_budget.py`) is shared by every client of the process
+    (and, on PostgreSQL, by every replica); a call waits at the priority its task set
+    with `priority(...)`, URGENT by default, unless a `budget.slot(...)` around it
+    already paid. Calls are counted by method in `baton_slack_api_calls`.
+    """
+
+    def __init__(self, *args: Any, budget: RateBudget | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.budget = budget
 
     async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
+        if self.budget is not None and not self.budget.take_prepaid(api_method):
+            await self.budget.acquire(api_method, call_channel(kwargs))
         metrics.record_slack_call(api_method)
         # A pass-through, not a call of its own: the methods and their scopes are
         # checked where they are called (tests/slack/test_manifest.py), so this line
@@ -71,11 +86,14 @@ class CountingRateLimitRetryHandler(AsyncRateLimitErrorRetryHandler):
         )
 
 
-def build_web_client(settings: Settings, *, with_token: bool = True) -> AsyncWebClient:
-    """The Web API client: SLACK_API_URL, retries that honour Retry-After on 429, metrics.
+def build_web_client(
+    settings: Settings, *, with_token: bool = True, budget: RateBudget | None = None
+) -> CountingWebClient:
+    """The Web API client: SLACK_API_URL, the rate budget, retries that honour
+    Retry-After on 429 (a safety net: the budget should leave none), metrics.
 
     With `with_token`, it calls as the bot (SLACK_BOT_TOKEN); without, each call (or
-    Bolt, per request) must bring its token.
+    Bolt, per request) must bring its token. Without a `budget`, calls are not paced.
     """
     return CountingWebClient(
         token=settings.slack_bot_token if with_token else None,
@@ -85,11 +103,41 @@ def build_web_client(settings: Settings, *, with_token: bool = True) -> AsyncWeb
             CountingRateLimitRetryHandler(max_retry_count=3),
             AsyncServerErrorRetryHandler(max_retry_count=2),
         ],
+        budget=budget,
     )
 
 
+def budgeted_request_client(
+    app_client: CountingWebClient,
+) -> Callable[..., Awaitable[None]]:
+    """A Bolt middleware: the listeners' `client` (and `say`) go through the budget.
+
+    Bolt builds a plain `AsyncWebClient` per request from the app's client (its URL,
+    session and retry handlers, not its class), so calls made with it would bypass
+    the budget and the metrics. This swaps it, after authorization gave it the token,
+    for a `CountingWebClient` with the app client's budget. `respond` posts to the
+    request's response_url (a webhook, not the Web API): it is outside the budget.
+    """
+
+    async def budgeted_client(
+        context: AsyncBoltContext, next: Callable[[], Awaitable[Any]]
+    ) -> None:
+        # The same client in every other respect (token, URL, session, retries, team):
+        # its state copied as it is, whatever Bolt put there.
+        budgeted = CountingWebClient.__new__(CountingWebClient)
+        budgeted.__dict__.update(context.client.__dict__)
+        budgeted.budget = app_client.budget
+        context["client"] = budgeted
+        await next()
+
+    return budgeted_client
+
+
 def build_bolt_app(
-    settings: Settings, authorize: Callable[..., Awaitable[AuthorizeResult]]
+    settings: Settings,
+    authorize: Callable[..., Awaitable[AuthorizeResult]],
+    *,
+    budget: RateBudget | None = None,
 ) -> AsyncApp:
     """The Bolt app; its token comes from `authorize`, once per request.
 
@@ -100,9 +148,10 @@ def build_bolt_app(
     of the environment while Bolt looks.
     """
     hidden = os.environ.pop("SLACK_BOT_TOKEN", None)
+    client = build_web_client(settings, with_token=False, budget=budget)
     try:
-        return AsyncApp(
-            client=build_web_client(settings, with_token=False),
+        app = AsyncApp(
+            client=client,
             authorize=authorize,
             signing_secret=settings.slack_signing_secret or "",
             # Socket Mode messages are not signed; HTTP requests always are checked.
@@ -111,16 +160,28 @@ def build_bolt_app(
     finally:
         if hidden is not None:
             os.environ["SLACK_BOT_TOKEN"] = hidden
+    if budget is not None:
+        app.middleware(budgeted_request_client(client))
+    return app
 
 
 class SlackSurface:
     """Baton in Slack."""
 
-    def __init__(self, baton: Baton, *, approval_poll_s: float = POLL_S) -> None:
+    def __init__(
+        self,
+        baton: Baton,
+        *,
+        approval_poll_s: float = POLL_S,
+        rate_budget: RateBudget | None = None,
+    ) -> None:
         settings = baton.settings
         self.baton = baton
-        self.client = build_web_client(settings)
-        self.app = build_bolt_app(settings, self._authorizer())
+        # One budget for every Slack call of this process; on PostgreSQL, of every replica.
+        # (Tests and benchmarks against a fake Slack may pass one on a faster clock.)
+        self.budget = rate_budget or RateBudget(rate_store_for(baton.database))
+        self.client = build_web_client(settings, budget=self.budget)
+        self.app = build_bolt_app(settings, self._authorizer(), budget=self.budget)
         self.directory = SlackDirectory(self.client)
         self.deciders = Deciders(
             self.directory, settings.approvers, self_approval=settings.self_approval

@@ -1,0 +1,174 @@
+"""Where the Slack rate budget keeps its state: in memory, or in PostgreSQL for replicas.
+
+Each limit is one GCRA ("generic cell rate algorithm") arrival time, `tat`: the
+moment the limit would be back to no debt at all. Reserving a slot moves it one
+emission interval later: `tat = max(tat, now) + interval`. A reservation carries a
+`tolerance`: it is only made when the debt before it, `max(tat, now) - now`, is at
+most that many seconds; a refused reservation changes nothing.
+
+The answer is the debt the reservation found (`ahead`, seconds), from which the
+budget computes how long to wait; the store knows nothing of bursts or priorities.
+On PostgreSQL the reservation is one statement on the database's clock, so replicas
+whose clocks disagree share one budget, and no two of them get the same slot.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy import text
+
+from bot.store.database import Database
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The answer to one reservation.
+
+    granted: whether a slot was taken (and `tat` moved).
+    ahead: the debt found, `max(tat, now) - now` in seconds (>= 0): for a granted
+        slot, how far ahead of now it lies (before the burst tolerance); for a refused
+        one, a hint of how long until the limit has room again.
+    """
+
+    granted: bool
+    ahead: float
+
+
+class RateStore(Protocol):
+    async def reserve(self, key: str, interval: float, tolerance: float) -> Reservation: ...
+
+    async def release(self, key: str, interval: float) -> None:
+        """Give back a slot taken a moment ago (when another limit of the call refused)."""
+        ...
+
+
+class MemoryRateStore:
+    """The arrival times of one process (SQLite, or a fall-back when PostgreSQL errs)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.tats: dict[str, float] = {}
+
+    async def reserve(self, key: str, interval: float, tolerance: float) -> Reservation:
+        # No await between the read and the write: one event loop makes this atomic.
+        return self.reserve_now(key, interval, tolerance)
+
+    def reserve_now(self, key: str, interval: float, tolerance: float) -> Reservation:
+        now = self.clock()
+        base = max(self.tats.get(key, now), now)
+        ahead = base - now
+        if ahead > tolerance:
+            return Reservation(granted=False, ahead=ahead)
+        self.tats[key] = base + interval
+        return Reservation(granted=True, ahead=ahead)
+
+    async def release(self, key: str, interval: float) -> None:
+        if key in self.tats:
+            self.tats[key] -= interval
+
+
+# One statement: the row is locked by the upsert, and the clock is read after the lock
+# is held (clock_timestamp(), not now(): a transaction's start would be stale), so
+# concurrent replicas queue on the row and each sees the arrival time the last one
+# left. A refused reservation (the WHERE does not hold) returns no row from `taken`;
+# the outer SELECT then reads the debt from the statement's snapshot, as a hint.
+_NOW = "extract(epoch FROM clock_timestamp())::float8"
+_RESERVE = text(
+    f"""
+    WITH taken AS (
+        INSERT INTO slack_rate (key, tat)
+        VALUES (:key, {_NOW} + CAST(:interval AS float8))
+        ON CONFLICT (key) DO UPDATE
+        SET tat = GREATEST(slack_rate.tat, {_NOW}) + CAST(:interval AS float8)
+        WHERE GREATEST(slack_rate.tat, {_NOW}) - {_NOW} <= CAST(:tolerance AS float8)
+        RETURNING tat
+    )
+    SELECT (SELECT tat FROM taken) AS taken,
+           (SELECT tat FROM slack_rate WHERE key = :key) AS before,
+           {_NOW} AS now
+    """
+)
+
+_RELEASE = text("UPDATE slack_rate SET tat = tat - CAST(:interval AS float8) WHERE key = :key")
+
+
+class PostgresRateStore:
+    """Arrival times in `slack_rate`, shared by every replica on the database."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    async def reserve(self, key: str, interval: float, tolerance: float) -> Reservation:
+        params = {"key": key, "interval": interval, "tolerance": _finite(tolerance)}
+        async with self.database.engine.begin() as connection:
+            row = (await connection.execute(_RESERVE, params)).one()
+        taken, before, now = row.taken, row.before, float(row.now)
+        if taken is not None:
+            return Reservation(granted=True, ahead=max(0.0, float(taken) - interval - now))
+        return Reservation(granted=False, ahead=max(0.0, float(before or now) - now))
+
+    async def release(self, key: str, interval: float) -> None:
+        async with self.database.engine.begin() as connection:
+            await connection.execute(_RELEASE, {"key": key, "interval": interval})
+
+
+class FallbackRateStore:
+    """PostgreSQL first; when it errs, this process's own budget for that call.
+
+    A Slack message must not be lost because the budget table had a hiccup: the call
+    is then paced by this replica alone (logged once until PostgreSQL answers again).
+    """
+
+    def __init__(self, primary: RateStore, fallback: MemoryRateStore | None = None) -> None:
+        self.primary = primary
+        self.fallback = fallback or MemoryRateStore()
+        self.failing = False
+        self.fallbacks = 0
+
+    async def reserve(self, key: str, interval: float, tolerance: float) -> Reservation:
+        try:
+            reservation = await self.primary.reserve(key, interval, tolerance)
+        except Exception as exc:
+            self._failed(exc)
+            return await self.fallback.reserve(key, interval, tolerance)
+        if self.failing:
+            logger.info("the shared Slack rate budget answers again")
+            self.failing = False
+        return reservation
+
+    async def release(self, key: str, interval: float) -> None:
+        try:
+            await self.primary.release(key, interval)
+        except Exception as exc:
+            self._failed(exc)
+            await self.fallback.release(key, interval)
+
+    def _failed(self, exc: Exception) -> None:
+        self.fallbacks += 1
+        if not self.failing:
+            logger.warning(
+                "the shared Slack rate budget failed (%s: %s); pacing this replica alone",
+                type(exc).__name__,
+                exc,
+            )
+            self.failing = True
+
+
+def rate_store_for(database: Database | None) -> RateStore:
+    """PostgreSQL's shared store (with its fall-back), or one in memory for SQLite."""
+    if database is not None and database.url.startswith("postgresql"):
+        return FallbackRateStore(PostgresRateStore(database))
+    return MemoryRateStore()
+
+
+def _finite(value: float) -> float:
+    # PostgreSQL takes 'Infinity' for float8, but a bound keeps the parameter ordinary.
+    return value if math.isfinite(value) else 1e12

@@ -1,0 +1,230 @@
+"""The Slack rate budget: priorities, coalesced progress, and the real client under it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from bot.slack.blocks import progress_text
+from bot.slack.progress import ProgressMessage
+from bot.slack.rate_budget import (
+    METHOD_LIMITS,
+    Limit,
+    Priority,
+    RateBudget,
+    call_channel,
+    current_priority,
+    priority,
+)
+from bot.slack.surface import CountingWebClient
+from tests.fakes.slack_api import FakeSlackAPI
+
+FAST = Limit(per_minute=600, burst=2)  # one call per 0.1 s, two back to back
+
+
+def fast_budget(**overrides: Any) -> RateBudget:
+    limits = {method: FAST for method in METHOD_LIMITS}
+    return RateBudget(limits=limits, unknown=FAST, channel_limit=FAST, **overrides)
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlackAPI]:
+    async with FakeSlackAPI(bot_user_id="UBOT") as fake:
+        yield fake
+
+
+def client_for(slack: FakeSlackAPI, budget: RateBudget) -> CountingWebClient:
+    return CountingWebClient(token="xoxb-test", base_url=slack.url, budget=budget)
+
+
+async def test_priority_is_a_context_and_urgent_by_default() -> None:
+    assert current_priority() is Priority.URGENT
+    with priority(Priority.PROGRESS):
+        assert current_priority() is Priority.PROGRESS
+        with priority(Priority.STREAM):
+            assert current_priority() is Priority.STREAM
+        assert current_priority() is Priority.PROGRESS
+    assert current_priority() is Priority.URGENT
+
+
+def test_keys_and_the_channel_of_a_call() -> None:
+    budget = RateBudget()
+    assert [k for k, _ in budget.limits_for("chat.postMessage", "C1")] == [
+        "channel:C1",
+        "chat.postMessage",
+    ]
+    assert [k for k, _ in budget.limits_for("chat.update", "C1")] == ["chat.update"]
+    assert budget.limits_for("no.suchMethod", None)[0][1] == Limit(45, 4)  # Tier 3
+    assert call_channel({"json": {"channel": "C1"}}) == "C1"
+    assert call_channel({"params": {"channel_id": "C2"}}) == "C2"
+    assert call_channel({"json": {"text": "x"}}) is None
+
+
+async def test_urgent_calls_reserve_future_slots_at_the_rate() -> None:
+    budget = fast_budget()
+    began = time.monotonic()
+    for _ in range(6):
+        await budget.acquire("chat.update", None)
+    # Two at once (the burst), then one per 0.1 s.
+    assert 0.35 < time.monotonic() - began < 0.7
+    assert budget.stats.waited[Priority.URGENT] == 4
+
+
+async def test_an_urgent_call_is_not_delayed_by_a_flood_of_progress() -> None:
+    budget = fast_budget()
+    stop = asyncio.Event()
+    progress_calls = 0
+
+    async def flood() -> None:
+        nonlocal progress_calls
+        while not stop.is_set():
+            await budget.acquire("chat.update", "C1", Priority.PROGRESS)
+            progress_calls += 1
+
+    flooders = [asyncio.create_task(flood()) for _ in range(20)]
+    try:
+        await asyncio.sleep(0.5)
+        delays = []
+        for _ in range(5):
+            began = time.monotonic()
+            await budget.acquire("chat.update", "C1", Priority.URGENT)
+            delays.append(time.monotonic() - began)
+            await asyncio.sleep(0.25)
+    finally:
+        stop.set()
+        for task in flooders:
+            task.cancel()
+        await asyncio.gather(*flooders, return_exceptions=True)
+    assert progress_calls >= 3  # the flood did get the spare capacity
+    assert max(delays) < 0.05, delays  # and never stood in an urgent call's way
+
+
+async def test_progress_is_starved_by_urgent_load_not_refused() -> None:
+    budget = fast_budget()
+    stop = asyncio.Event()
+
+    async def urgent_load() -> None:
+        while not stop.is_set():
+            await budget.acquire("chat.update", None, Priority.URGENT)
+
+    load = [asyncio.create_task(urgent_load()) for _ in range(3)]
+    waiting = asyncio.create_task(budget.acquire("chat.update", None, Priority.PROGRESS))
+    await asyncio.sleep(1.0)
+    assert not waiting.done()  # starved: it waits ...
+    assert budget.stats.retries[Priority.PROGRESS] > 0
+    stop.set()
+    await asyncio.gather(*load)
+    await asyncio.wait_for(waiting, 2.0)  # ... and gets its slot once there is room
+
+
+async def test_a_stream_uses_half_the_burst_progress_none() -> None:
+    budget = RateBudget(
+        limits={"chat.appendStream": Limit(per_minute=60, burst=5)}, unknown=FAST
+    )  # 1 s apart, burst tolerance 4 s
+    await budget.acquire("chat.appendStream", None, Priority.URGENT)  # 1 s of debt
+    progress = asyncio.create_task(budget.acquire("chat.appendStream", None, Priority.PROGRESS))
+    await budget.acquire("chat.appendStream", None, Priority.STREAM)  # 1 s <= 2 s
+    await budget.acquire("chat.appendStream", None, Priority.STREAM)  # 2 s <= 2 s
+    stream = asyncio.create_task(budget.acquire("chat.appendStream", None, Priority.STREAM))
+    await asyncio.sleep(0.3)
+    assert not stream.done() and not progress.done()  # 3 s of debt: above half the burst
+    began = time.monotonic()
+    await budget.acquire("chat.appendStream", None, Priority.URGENT)  # no wait: within burst
+    assert time.monotonic() - began < 0.05
+    for task in (stream, progress):
+        task.cancel()
+    await asyncio.gather(stream, progress, return_exceptions=True)
+
+
+async def test_a_slot_pays_for_the_next_call_of_its_method(slack: FakeSlackAPI) -> None:
+    budget = fast_budget()
+    client = client_for(slack, budget)
+    posted = await client.chat_postMessage(channel="C1", text="hi")
+    async with budget.slot("chat.update", "C1", Priority.PROGRESS):
+        granted = sum(budget.stats.granted.values())
+        await client.chat_update(channel="C1", ts=posted["ts"], text="one")
+        assert sum(budget.stats.granted.values()) == granted  # no second acquire
+        await client.chat_update(channel="C1", ts=posted["ts"], text="two")
+        assert sum(budget.stats.granted.values()) == granted + 1  # only one was paid
+    assert budget.stats.prepaid == 1
+
+
+class Recording(CountingWebClient):
+    """Notes, when a chat.update leaves, what it shows and what the run's state is."""
+
+    progress: ProgressMessage | None = None
+    sent: list[tuple[str, str]]
+
+    async def api_call(self, api_method: str, **kwargs: Any) -> AsyncSlackResponse:
+        if api_method == "chat.update" and self.progress is not None:
+            # After the budget has granted the slot: inside `slot`, or acquired below.
+            response = super().api_call(api_method, **kwargs)
+            current = progress_text(list(self.progress.lines), self.progress.status)
+            self.sent.append((kwargs["json"]["text"], current))
+            return await response
+        return await super().api_call(api_method, **kwargs)
+
+
+async def test_progress_sends_only_the_latest_state(slack: FakeSlackAPI) -> None:
+    budget = fast_budget()
+    client = Recording(token="xoxb-test", base_url=slack.url, budget=budget)
+    client.sent = []
+    progress = ProgressMessage(client, channel="C1", thread_ts="1.1", run_id="r1", interval=0.0)
+    client.progress = progress
+    await progress.start()
+    stop = asyncio.Event()
+
+    async def urgent_load() -> None:  # approvals and answers keep chat.update busy
+        while not stop.is_set():
+            await budget.acquire("chat.update", None, Priority.URGENT)
+
+    load = asyncio.create_task(urgent_load())
+    for n in range(40):
+        progress.add(f"step {n}")
+        await asyncio.sleep(0.02)
+    stop.set()
+    await load
+    await asyncio.sleep(0.5)
+    await progress.finish("✓ Done")
+    updates = [c for c in slack.calls_to("chat.update") if c.ok]
+    running = client.sent[:-1]
+    assert progress.changes == 40
+    assert len(running) < 20  # coalesced, not one update per step
+    for shown, state in running:
+        assert shown == state  # built when sent: never a stale state
+    assert "step 39" in running[-1][0]  # the latest state did get shown
+    assert len(updates) == len(client.sent)
+    assert "step 39" in updates[-1].params["text"]
+
+
+async def test_the_real_client_under_a_per_channel_limit_is_never_refused(
+    slack: FakeSlackAPI,
+) -> None:
+    """Slack allowing 2 messages a second per channel, the budget a little less."""
+    slack.rate_limit("chat.postMessage", 2.0, per_channel=True)
+    budget = RateBudget(channel_limit=Limit(per_minute=100, burst=1))
+    client = client_for(slack, budget)
+    began = time.monotonic()
+    await asyncio.gather(
+        *(client.chat_postMessage(channel="C1", text=f"answer {n}") for n in range(6)),
+        *(client.chat_postMessage(channel="C2", text=f"answer {n}") for n in range(6)),
+    )
+    elapsed = time.monotonic() - began
+    posts = slack.calls_to("chat.postMessage")
+    assert [c for c in posts if c.status == 429] == []
+    assert len(posts) == 12 and all(c.ok for c in posts)
+    assert len(slack.channel_messages("C1")) == len(slack.channel_messages("C2")) == 6
+    assert 2.5 < elapsed < 5.0  # the channels were paced side by side, not one after another
+
+
+async def test_without_a_budget_the_client_is_not_paced(slack: FakeSlackAPI) -> None:
+    client = CountingWebClient(token="xoxb-test", base_url=slack.url)
+    with contextlib.nullcontext():
+        await asyncio.gather(*(client.chat_postMessage(channel="C1", text="x") for _ in range(5)))
+    assert len(slack.calls_to("chat.postMessage")) == 5
