@@ -53,6 +53,7 @@ __all__ = [
     "MAX_MESSAGE_BLOCKS",
     "MAX_MESSAGE_TEXT_CHARS",
     "MAX_SECTION_TEXT_CHARS",
+    "MAX_STREAM_MARKDOWN_CHARS",
     "MAX_VIEW_BLOCKS",
     "AssistantStatus",
     "FakeSlackAPI",
@@ -76,6 +77,14 @@ MAX_ACTIONS_ELEMENTS = 25
 MAX_VIEW_TITLE_CHARS = 24
 MAX_PRIVATE_METADATA_CHARS = 3_000
 MAX_CALLBACK_ID_CHARS = 255
+MAX_CONTEXT_ACTIONS_ELEMENTS = 5
+MAX_FEEDBACK_BUTTON_TEXT_CHARS = 75
+MAX_BUTTON_VALUE_CHARS = 2_000
+MAX_STREAM_MARKDOWN_CHARS = 12_000
+DEFAULT_STREAM_TTL_S = 300.0
+TASK_STATUSES = ("pending", "in_progress", "complete", "error")
+TASK_DISPLAY_MODES = ("timeline", "plan")
+STREAM_STATES = ("streaming", "stopped", "expired")
 
 MethodHandler = Callable[[dict[str, Any]], dict[str, Any] | Awaitable[dict[str, Any]]]
 """A custom method implementation: takes the decoded params, returns the response body."""
@@ -205,6 +214,18 @@ class _RateLimit:
     capacity: int
     per_channel: bool
     history: dict[str, deque[float]] = field(default_factory=dict)
+
+
+@dataclass
+class _Stream:
+    """A message created by ``chat.startStream`` and what was streamed into it."""
+
+    started_at: float
+    state: str = "streaming"  # "streaming" | "stopped" | "expired" (once observed)
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    plan_title: str | None = None
+    task_display_mode: str | None = None
+    log: list[tuple[float, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -385,6 +406,102 @@ def _elements_errors(block: dict[str, Any], pointer: str, max_items: int) -> lis
     return []
 
 
+def _feedback_button_errors(button: Any, pointer: str) -> list[str]:
+    if not isinstance(button, dict):
+        return [f"must be an object [json-pointer:{pointer}]"]
+    errors = _text_object_errors(
+        button.get("text"), f"{pointer}/text", MAX_FEEDBACK_BUTTON_TEXT_CHARS, plain_text_only=True
+    )
+    value = button.get("value")
+    if not isinstance(value, str) or not value:
+        errors.append(f"missing required field: value [json-pointer:{pointer}]")
+    elif len(value) > MAX_BUTTON_VALUE_CHARS:
+        errors.append(
+            f"must be less than {MAX_BUTTON_VALUE_CHARS + 1} characters "
+            f"[json-pointer:{pointer}/value]"
+        )
+    return errors
+
+
+def _context_actions_errors(block: dict[str, Any], pointer: str) -> list[str]:
+    """``context_actions``: 1-5 ``feedback_buttons`` / ``icon_button`` elements."""
+    errors = _elements_errors(block, pointer, MAX_CONTEXT_ACTIONS_ELEMENTS)
+    if errors:
+        return errors
+    for i, element in enumerate(block["elements"]):
+        where = f"{pointer}/elements/{i}"
+        kind = element.get("type") if isinstance(element, dict) else None
+        if kind == "feedback_buttons":
+            assert isinstance(element, dict)
+            action_id = element.get("action_id")
+            if not isinstance(action_id, str) or not action_id:
+                errors.append(f"missing required field: action_id [json-pointer:{where}]")
+            for name in ("positive_button", "negative_button"):
+                if element.get(name) is None:
+                    errors.append(f"missing required field: {name} [json-pointer:{where}]")
+                else:
+                    errors += _feedback_button_errors(element[name], f"{where}/{name}")
+        elif kind == "icon_button":
+            assert isinstance(element, dict)
+            icon = element.get("icon")
+            if not isinstance(icon, str) or not icon:
+                errors.append(f"missing required field: icon [json-pointer:{where}]")
+            errors += _text_object_errors(
+                element.get("text"), f"{where}/text", MAX_FEEDBACK_BUTTON_TEXT_CHARS,
+                plain_text_only=True,
+            )  # fmt: skip
+        else:
+            errors.append(
+                f"must be one of feedback_buttons, icon_button [json-pointer:{where}/type]"
+            )
+    return errors
+
+
+def _chunk_errors(chunks: Any) -> list[str]:
+    """Validate streaming ``chunks``; return error strings (empty when valid)."""
+    if not isinstance(chunks, list):
+        return ["must be an array [json-pointer:/chunks]"]
+    errors: list[str] = []
+    for i, chunk in enumerate(chunks):
+        pointer = f"/chunks/{i}"
+        kind = chunk.get("type") if isinstance(chunk, dict) else None
+        if not isinstance(chunk, dict):
+            errors.append(f"must be an object [json-pointer:{pointer}]")
+            continue
+        required: tuple[str, ...]
+        if kind == "markdown_text":
+            required = ("text",)
+        elif kind == "task_update":
+            required = ("id", "title", "status")
+        elif kind == "plan_update":
+            required = ("title",)
+        else:
+            errors.append(
+                "must be one of markdown_text, task_update, plan_update "
+                f"[json-pointer:{pointer}/type]"
+            )
+            continue
+        for name in required:
+            if not isinstance(chunk.get(name), str) or (name != "text" and not chunk[name]):
+                errors.append(f"missing required field: {name} [json-pointer:{pointer}]")
+        if kind == "markdown_text" and len(str(chunk.get("text", ""))) > MAX_STREAM_MARKDOWN_CHARS:
+            errors.append(
+                f"must be less than {MAX_STREAM_MARKDOWN_CHARS + 1} characters "
+                f"[json-pointer:{pointer}/text]"
+            )
+        if kind == "task_update":
+            if isinstance(chunk.get("status"), str) and chunk["status"] not in TASK_STATUSES:
+                errors.append(
+                    f"must be one of {', '.join(TASK_STATUSES)} [json-pointer:{pointer}/status]"
+                )
+            for name in ("details", "output"):
+                if chunk.get(name) is not None and not isinstance(chunk[name], str):
+                    errors.append(f"must be a string [json-pointer:{pointer}/{name}]")
+            if chunk.get("sources") is not None and not isinstance(chunk["sources"], list):
+                errors.append(f"must be an array [json-pointer:{pointer}/sources]")
+    return errors
+
+
 def _block_errors(blocks: Any, max_blocks: int) -> list[str]:
     """Validate a ``blocks`` array; return Slack-style error strings (empty when valid)."""
     if not isinstance(blocks, list):
@@ -434,6 +551,8 @@ def _block_errors(blocks: Any, max_blocks: int) -> list[str]:
             errors += _elements_errors(block, pointer, MAX_CONTEXT_ELEMENTS)
         elif kind == "actions":
             errors += _elements_errors(block, pointer, MAX_ACTIONS_ELEMENTS)
+        elif kind == "context_actions":
+            errors += _context_actions_errors(block, pointer)
     if markdown_total > MAX_MARKDOWN_TEXT_CHARS:
         errors.append(
             "cumulative length of markdown block text must be less than "
@@ -467,6 +586,17 @@ class FakeSlackAPI:
     (``rate_limit``), then the method itself (custom handlers registered with
     ``register`` take precedence over the built-in ones).
 
+    Chat streaming (``chat.startStream`` / ``chat.appendStream`` / ``chat.stopStream``):
+    a start posts a bot reply in ``thread_ts`` (in a channel whose id does not start with
+    ``D`` it needs ``recipient_user_id`` and ``recipient_team_id``); appends and the stop
+    add markdown (``markdown_text`` and ``markdown_text`` chunks, concatenated into the
+    message's ``text``) and ``task_update`` / ``plan_update`` chunks; the stop may add
+    ``blocks`` and ``metadata``. A stream not stopped expires ``stream_ttl_s`` seconds after
+    its start; appends / stops to anything not streaming answer
+    ``message_not_in_streaming_state``, and ``chat.update`` of a message still streaming
+    answers ``message_is_streaming``. Inspect with ``stream_state``, ``stream_tasks`` and
+    ``stream_log``; ``expire_stream`` expires one at once.
+
     Attributes:
         calls: Every API call received, in order (upload-endpoint requests excluded).
         ephemerals: Messages sent with ``chat.postEphemeral`` as dicts with ``channel``,
@@ -496,6 +626,7 @@ class FakeSlackAPI:
         team_domain: str = "baton-test",
         revoked_tokens: Iterable[str] = (),
         clock: Callable[[], float] = time.monotonic,
+        stream_ttl_s: float = DEFAULT_STREAM_TTL_S,
     ) -> None:
         """Create a stopped fake server.
 
@@ -508,7 +639,11 @@ class FakeSlackAPI:
             team: Workspace name.
             team_domain: Workspace domain used in ``url`` and permalinks.
             revoked_tokens: Tokens answered with ``invalid_auth``.
-            clock: Monotonic clock (seconds) used by ``rate_limit``; inject for determinism.
+            clock: Monotonic clock (seconds) used by ``rate_limit``, stream expiry and
+                ``stream_log``; inject for determinism.
+            stream_ttl_s: Seconds after ``chat.startStream`` at which a stream that was
+                not stopped expires (then append/stop answer
+                ``message_not_in_streaming_state``). Also an attribute.
         """
         self.bot_user_id = bot_user_id
         self.bot_id = bot_id
@@ -519,6 +654,7 @@ class FakeSlackAPI:
         self.team_domain = team_domain
         self._initial_revoked = frozenset(revoked_tokens)
         self._clock = clock
+        self.stream_ttl_s = stream_ttl_s
         self._runner: web.AppRunner | None = None
         self._root: str | None = None
         self._stopping = asyncio.Event()
@@ -530,6 +666,9 @@ class FakeSlackAPI:
             "chat.delete": self._chat_delete,
             "chat.postEphemeral": self._chat_post_ephemeral,
             "chat.getPermalink": self._chat_get_permalink,
+            "chat.startStream": self._chat_start_stream,
+            "chat.appendStream": self._chat_append_stream,
+            "chat.stopStream": self._chat_stop_stream,
             "conversations.replies": self._conversations_replies,
             "conversations.history": self._conversations_history,
             "users.info": self._users_info,
@@ -565,6 +704,7 @@ class FakeSlackAPI:
         self.errors: list[BaseException] = []
         self._messages: dict[str, dict[str, dict[str, Any]]] = {}
         self._uploads: dict[str, _PendingUpload] = {}
+        self._streams: dict[tuple[str, str], _Stream] = {}
         self._failures: dict[str, deque[_Failure]] = {}
         self._latency: dict[str, float] = {}
         self._rate_limits: dict[str, _RateLimit] = {}
@@ -712,6 +852,65 @@ class FakeSlackAPI:
             if entry.channel_id == channel_id and entry.thread_ts == thread_ts:
                 return entry.status
         return None
+
+    def stream_state(self, channel: str, ts: str) -> str | None:
+        """Return the state of a message started with ``chat.startStream``.
+
+        Args:
+            channel: Channel id.
+            ts: The streaming message's timestamp.
+
+        Returns:
+            ``"streaming"``, ``"stopped"`` or ``"expired"`` (``stream_ttl_s`` passed since
+            the start, or ``expire_stream``), or ``None`` when ``ts`` was never a stream.
+        """
+        stream = self._streams.get((channel, ts))
+        return None if stream is None else self._stream_state(stream)
+
+    def stream_tasks(self, channel: str, ts: str) -> list[dict[str, Any]]:
+        """Return the ``task_update`` chunks of a stream, one per task id, in first-seen order.
+
+        A later update of a task id replaces its title / status / details / output / sources
+        but keeps its position.
+
+        Args:
+            channel: Channel id.
+            ts: The streaming message's timestamp.
+
+        Returns:
+            Copies of the task dicts (empty when ``ts`` is not a stream).
+        """
+        stream = self._streams.get((channel, ts))
+        return [] if stream is None else copy.deepcopy(list(stream.tasks.values()))
+
+    def stream_log(self, channel: str, ts: str) -> list[tuple[float, str]]:
+        """Return when each piece of markdown reached a streaming message.
+
+        Args:
+            channel: Channel id.
+            ts: The streaming message's timestamp.
+
+        Returns:
+            ``(clock time, text appended)`` pairs in arrival order, from start, append and
+            stop calls (``markdown_text`` parameter first, then ``markdown_text`` chunks);
+            the clock is the one given to the constructor. Empty when ``ts`` is not a stream.
+        """
+        stream = self._streams.get((channel, ts))
+        return [] if stream is None else list(stream.log)
+
+    def expire_stream(self, channel: str, ts: str) -> None:
+        """Expire a stream now, as if ``stream_ttl_s`` had passed.
+
+        Args:
+            channel: Channel id.
+            ts: The streaming message's timestamp.
+
+        Raises:
+            KeyError: If ``ts`` was never a stream in ``channel``.
+        """
+        stream = self._streams[(channel, ts)]
+        if self._stream_state(stream) == "streaming":
+            stream.state = "expired"
 
     # ----------------------------------------------------------------- seeding
 
@@ -1291,6 +1490,12 @@ class FakeSlackAPI:
         text, blocks, attachments = self._content(params)
         if not self._owned_by_bot(message):
             _fail("cant_update_message")
+        stream = self._streams.get((channel, ts))
+        if stream is not None and self._stream_state(stream) == "streaming":
+            # Slack documents no error for this; the fake answers ``message_is_streaming``
+            # (a streaming message changes only through chat.appendStream / chat.stopStream;
+            # once stopped or expired it is an ordinary message again).
+            _fail("message_is_streaming")
         if text is not None:
             message["text"] = text
         if blocks is not None:
@@ -1362,6 +1567,117 @@ class FakeSlackAPI:
         if message is not None and message.get("thread_ts") not in (None, ts):
             link += f"?thread_ts={message['thread_ts']}&cid={channel}"
         return {"ok": True, "channel": channel, "permalink": link}
+
+    # ----------------------------------------------------------------- methods: streaming
+
+    def _stream_state(self, stream: _Stream) -> str:
+        if stream.state == "streaming" and self._clock() - stream.started_at >= self.stream_ttl_s:
+            stream.state = "expired"
+        return stream.state
+
+    @staticmethod
+    def _stream_content(params: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
+        """Validate ``markdown_text`` / ``chunks`` of a streaming call."""
+        markdown = params.get("markdown_text")
+        markdown = None if markdown is None else str(markdown)
+        if markdown is not None and len(markdown) > MAX_STREAM_MARKDOWN_CHARS:
+            _fail("msg_too_long")
+        chunks = params.get("chunks")
+        if chunks is None:
+            return markdown, []
+        errors = _chunk_errors(chunks)
+        if errors:
+            _fail_with_messages("invalid_chunks", errors)
+        return markdown, list(chunks)
+
+    def _stream_apply(
+        self,
+        stream: _Stream,
+        message: dict[str, Any],
+        markdown: str | None,
+        chunks: list[dict[str, Any]],
+    ) -> None:
+        now = self._clock()
+        pieces = [markdown] if markdown else []
+        for chunk in chunks:
+            kind = chunk["type"]
+            if kind == "markdown_text":
+                if chunk["text"]:
+                    pieces.append(str(chunk["text"]))
+            elif kind == "plan_update":
+                stream.plan_title = str(chunk["title"])
+            else:
+                task = {k: v for k, v in chunk.items() if k != "type"}
+                previous = stream.tasks.get(str(chunk["id"]))
+                stream.tasks[str(chunk["id"])] = task if previous is None else {**previous, **task}
+        for piece in pieces:
+            message["text"] = str(message.get("text") or "") + piece
+            stream.log.append((now, piece))
+
+    def _streaming_message(
+        self, params: dict[str, Any]
+    ) -> tuple[str, str, dict[str, Any], _Stream]:
+        channel = _require(params, "channel", "channel_not_found")
+        ts = _require(params, "ts", "message_not_found")
+        message = self._find_message(channel, ts)
+        stream = self._streams.get((channel, ts))
+        if stream is None or self._stream_state(stream) != "streaming":
+            _fail("message_not_in_streaming_state")
+        return channel, ts, message, stream
+
+    def _chat_start_stream(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel = _require(params, "channel", "channel_not_found")
+        thread_ts = _require(params, "thread_ts", "message_not_found")
+        if not self._messages.get(channel):
+            _fail("channel_not_found")
+        self._find_message(channel, thread_ts)
+        recipient_user = _str_param(params, "recipient_user_id")
+        recipient_team = _str_param(params, "recipient_team_id")
+        if not channel.startswith("D"):
+            if recipient_user is None:
+                _fail("missing_recipient_user_id")
+            if recipient_team is None:
+                _fail("missing_recipient_team_id")
+        if recipient_user is not None and recipient_user not in self.users:
+            _fail("user_not_found")
+        mode = _str_param(params, "task_display_mode")
+        if mode is not None and mode not in TASK_DISPLAY_MODES:
+            _fail_with_messages(
+                "invalid_arguments", [f"task_display_mode must be one of {TASK_DISPLAY_MODES}"]
+            )
+        markdown, chunks = self._stream_content(params)
+        message = self._bot_message(self._next_ts())
+        stream = _Stream(started_at=self._clock(), task_display_mode=mode)
+        self._stream_apply(stream, message, markdown, chunks)
+        self._store_message(channel, message, thread_ts)
+        self._streams[(channel, message["ts"])] = stream
+        return {"ok": True, "channel": channel, "ts": message["ts"]}
+
+    def _chat_append_stream(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel, ts, message, stream = self._streaming_message(params)
+        markdown, chunks = self._stream_content(params)
+        if markdown is None and not chunks:
+            _fail_with_messages("invalid_arguments", ["markdown_text or chunks is required"])
+        self._stream_apply(stream, message, markdown, chunks)
+        return {"ok": True, "channel": channel, "ts": ts}
+
+    def _chat_stop_stream(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel, ts, message, stream = self._streaming_message(params)
+        markdown, chunks = self._stream_content(params)
+        blocks = params.get("blocks")
+        if isinstance(blocks, str):
+            _fail("invalid_blocks_format")
+        if blocks is not None:
+            errors = _block_errors(blocks, MAX_MESSAGE_BLOCKS)
+            if errors:
+                _fail_with_messages("invalid_blocks", errors)
+        self._stream_apply(stream, message, markdown, chunks)
+        if blocks:
+            message["blocks"] = blocks
+        if isinstance(params.get("metadata"), dict):
+            message["metadata"] = params["metadata"]
+        stream.state = "stopped"
+        return {"ok": True, "channel": channel, "ts": ts, "message": self._render(channel, message)}
 
     # ----------------------------------------------------------------- methods: conversations
 
