@@ -79,9 +79,10 @@ TIER_1 = Limit(1, 1)  # Slack: 1+ / min
 TIER_2 = Limit(18, 2)  # Slack: 20+ / min
 TIER_3 = Limit(45, 4)  # Slack: 50+ / min
 TIER_4 = Limit(90, 8)  # Slack: 100+ / min
-# chat.postMessage is "special": about 1 message per second per channel with short
-# bursts, and several hundred a minute per workspace.
-CHANNEL_MESSAGES = Limit(54, 2)
+# chat.postMessage is "special": about 1 message per second per channel (short bursts
+# tolerated, but not promised: none are used), and several hundred a minute per
+# workspace.
+CHANNEL_MESSAGES = Limit(54, 1)
 POST_MESSAGE = Limit(270, 10)
 
 METHOD_LIMITS: Mapping[str, Limit] = {

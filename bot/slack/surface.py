@@ -180,7 +180,7 @@ class SlackSurface:
         # One budget for every Slack call of this process; on PostgreSQL, of every replica.
         # (Tests and benchmarks against a fake Slack may pass one on a faster clock.)
         self.budget = rate_budget or RateBudget(rate_store_for(baton.database))
-        self.client = build_web_client(settings, budget=self.budget)
+        self.client: CountingWebClient = build_web_client(settings, budget=self.budget)
         self.app = build_bolt_app(settings, self._authorizer(), budget=self.budget)
         self.directory = SlackDirectory(self.client)
         self.deciders = Deciders(
@@ -207,6 +207,15 @@ class SlackSurface:
         )
         Listeners(baton, self.threads, self.deciders, self.approvals).register(self.app)
         self._maintenance: asyncio.Task[None] | None = None
+
+    def use_rate_budget(self, budget: RateBudget) -> None:
+        """Pace every Slack call of this surface with `budget` from now on (benchmarks and
+        tests use a budget on a faster clock against a fake Slack that runs as fast)."""
+        self.budget = budget
+        self.client.budget = budget
+        app_client = self.app.client
+        if isinstance(app_client, CountingWebClient):
+            app_client.budget = budget
 
     def _authorizer(self) -> Callable[..., Awaitable[AuthorizeResult]]:
         # The bot's identity is learnt once, at start: a request never waits on auth.test.

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +25,9 @@ from bot.slack.rate_budget import (
     priority,
 )
 from bot.slack.surface import CountingWebClient
+from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.fakes.slack_api import FakeSlackAPI
+from tests.slack.harness import SlackHarness, start_harness
 
 FAST = Limit(per_minute=600, burst=2)  # one call per 0.1 s, two back to back
 
@@ -228,3 +232,56 @@ async def test_without_a_budget_the_client_is_not_paced(slack: FakeSlackAPI) -> 
     with contextlib.nullcontext():
         await asyncio.gather(*(client.chat_postMessage(channel="C1", text="x") for _ in range(5)))
     assert len(slack.calls_to("chat.postMessage")) == 5
+
+
+# ------------------------------------------------- many runs in one channel, end to end
+
+SPEED = 5.0  # Slack's limits and the budget's table, both five times as fast
+
+
+async def test_thirty_concurrent_runs_in_one_channel_all_land_without_a_429(
+    tmp_path: Path,
+) -> None:
+    """The real Bolt app, 30 mentions at once in one channel, Slack enforcing its limits.
+
+    The fake (its `rate_limit`) holds chat.postMessage to 1 message a second per channel
+    — scaled: 5 a second — and the budget's table is scaled as much; nothing else is
+    changed. Every run posts a progress message, updates it, finishes it and answers.
+    """
+    runs = 30
+    async for harness in start_harness(tmp_path):
+        harness.surface.use_rate_budget(RateBudget.scaled(SPEED))
+        harness.slack.rate_limit("chat.postMessage", 1.0 * SPEED, per_channel=True)
+
+        def answer(request: RecordedRequest) -> Reply:
+            asked = str(request.messages[-1]["content"])
+            return Reply(text=f"Answer to {asked.rsplit(' ', 1)[-1]}.", delay=0.2)
+
+        harness.llm.responder = answer
+        for n in range(runs):
+            harness.slack.add_user(f"UPERSON{n}", f"person{n}")
+        threads = await asyncio.gather(
+            *(
+                harness.mention(f"question q{n}", channel="C1", user=f"UPERSON{n}")
+                for n in range(runs)
+            )
+        )
+        await until_settled(harness, within=60.0)
+        refused = [c for c in harness.slack.calls if c.status == 429]
+        assert refused == []
+        for n, ts in enumerate(threads):
+            assert f"Answer to q{n}." in json.dumps(harness.thread("C1", ts)), n
+
+
+async def until_settled(harness: SlackHarness, within: float) -> None:
+    """`harness.settle`, with the time paced runs need."""
+
+    def running() -> bool:
+        return any(not t.done() for t in harness.surface.threads._tasks)
+
+    async with asyncio.timeout(within):
+        while running():  # noqa: ASYNC110 (state in the surface, no event to wait on)
+            await asyncio.sleep(0.05)
+        await harness.baton.tracker.wait_for_children()
+        while running():  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
