@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.sandbox
 	$(BIN)/python -m bench.queue
 	$(BIN)/python -m bench.context
+	$(BIN)/python -m bench.slack_budget
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
