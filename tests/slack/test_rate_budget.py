@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.slack.blocks import progress_text
@@ -24,7 +26,7 @@ from bot.slack.rate_budget import (
     current_priority,
     priority,
 )
-from bot.slack.surface import CountingWebClient
+from bot.slack.surface import CountingWebClient, budgeted_request_client
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.slack.harness import SlackHarness, start_harness
@@ -225,6 +227,28 @@ async def test_the_real_client_under_a_per_channel_limit_is_never_refused(
     assert len(posts) == 12 and all(c.ok for c in posts)
     assert len(slack.channel_messages("C1")) == len(slack.channel_messages("C2")) == 6
     assert 2.5 < elapsed < 5.0  # the channels were paced side by side, not one after another
+
+
+async def test_bolts_per_request_client_goes_through_the_budget(slack: FakeSlackAPI) -> None:
+    budget = fast_budget()
+    app_client = client_for(slack, budget)
+    context = AsyncBoltContext()
+    # What Bolt's `_init_context` builds for each request: a plain copy of the app's.
+    context["client"] = AsyncWebClient(
+        token="xoxb-test", base_url=slack.url, retry_handlers=app_client.retry_handlers
+    )
+    seen: list[AsyncWebClient] = []
+
+    async def listener() -> None:
+        seen.append(context.client)
+        await context.client.chat_postMessage(channel="C1", text="from a listener")
+
+    await budgeted_request_client(app_client)(context, listener)
+    [client] = seen
+    assert isinstance(client, CountingWebClient) and client.budget is budget
+    assert client.token == "xoxb-test" and client.retry_handlers == app_client.retry_handlers
+    assert budget.stats.granted[Priority.URGENT] == 1
+    assert [c.ok for c in slack.calls_to("chat.postMessage")] == [True]
 
 
 async def test_without_a_budget_the_client_is_not_paced(slack: FakeSlackAPI) -> None:
