@@ -14,6 +14,7 @@ whose clocks disagree share one budget, and no two of them get the same slot.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -121,21 +122,42 @@ class PostgresRateStore:
 
 
 class FallbackRateStore:
-    """PostgreSQL first; when it errs, this process's own budget for that call.
+    """PostgreSQL first; when it errs or is slow, this process's own budget for that call.
 
-    A Slack message must not be lost because the budget table had a hiccup: the call
-    is then paced by this replica alone (logged once until PostgreSQL answers again).
+    A Slack message must not be lost, nor held up, because the budget table had a
+    hiccup: the call is then paced by this replica alone (logged once until PostgreSQL
+    answers again), and PostgreSQL is left alone for `cool_down_s` before it is asked
+    again, so a database that hangs costs one `timeout_s`, not one per call.
     """
 
-    def __init__(self, primary: RateStore, fallback: MemoryRateStore | None = None) -> None:
+    def __init__(
+        self,
+        primary: RateStore,
+        fallback: MemoryRateStore | None = None,
+        *,
+        timeout_s: float = 2.0,
+        cool_down_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.primary = primary
         self.fallback = fallback or MemoryRateStore()
+        self.timeout_s = timeout_s
+        self.cool_down_s = cool_down_s
+        self.clock = clock
         self.failing = False
+        self.failed_at = -math.inf
         self.fallbacks = 0
 
+    def _skip_primary(self) -> bool:
+        return self.failing and self.clock() - self.failed_at < self.cool_down_s
+
     async def reserve(self, key: str, interval: float, tolerance: float) -> Reservation:
+        if self._skip_primary():
+            self.fallbacks += 1
+            return await self.fallback.reserve(key, interval, tolerance)
         try:
-            reservation = await self.primary.reserve(key, interval, tolerance)
+            async with asyncio.timeout(self.timeout_s):
+                reservation = await self.primary.reserve(key, interval, tolerance)
         except Exception as exc:
             self._failed(exc)
             return await self.fallback.reserve(key, interval, tolerance)
@@ -145,14 +167,19 @@ class FallbackRateStore:
         return reservation
 
     async def release(self, key: str, interval: float) -> None:
+        if self._skip_primary():
+            await self.fallback.release(key, interval)
+            return
         try:
-            await self.primary.release(key, interval)
+            async with asyncio.timeout(self.timeout_s):
+                await self.primary.release(key, interval)
         except Exception as exc:
             self._failed(exc)
             await self.fallback.release(key, interval)
 
     def _failed(self, exc: Exception) -> None:
         self.fallbacks += 1
+        self.failed_at = self.clock()
         if not self.failing:
             logger.warning(
                 "the shared Slack rate budget failed (%s: %s); pacing this replica alone",

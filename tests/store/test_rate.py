@@ -84,15 +84,37 @@ class Broken:
 async def test_a_failing_shared_store_falls_back_to_memory_and_logs_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    primary = Broken()
-    store = FallbackRateStore(primary, MemoryRateStore(Clock()))
+    primary, clock = Broken(), Clock()
+    store = FallbackRateStore(primary, MemoryRateStore(clock), cool_down_s=10.0, clock=clock)
     with caplog.at_level(logging.WARNING, logger="bot.store.rate"):
         first = await store.reserve("k", 1.0, math.inf)
-        second = await store.reserve("k", 1.0, math.inf)
-        await store.release("k", 1.0)
-    assert (first, second) == (Reservation(True, 0.0), Reservation(True, 1.0))
+        second = await store.reserve("k", 1.0, math.inf)  # within the cool-down: memory only
+        clock.now += 11.0
+        third = await store.reserve("k", 1.0, math.inf)  # PostgreSQL is asked again
+    assert (first, second, third) == (
+        Reservation(True, 0.0),
+        Reservation(True, 1.0),
+        Reservation(True, 0.0),
+    )
     assert primary.calls == 2 and store.fallbacks == 3
     assert len([r for r in caplog.records if "failed" in r.getMessage()]) == 1
+
+
+class Hanging(Broken):
+    async def reserve(self, key: str, interval: float, tolerance: float) -> Reservation:
+        self.calls += 1
+        await asyncio.sleep(60)
+        raise AssertionError("not reached")
+
+
+async def test_a_hanging_shared_store_costs_one_timeout_not_one_per_call() -> None:
+    primary = Hanging()
+    store = FallbackRateStore(primary, timeout_s=0.1)
+    began = time.monotonic()
+    for _ in range(5):
+        assert (await store.reserve("k", 0.01, math.inf)).granted
+    assert time.monotonic() - began < 0.5
+    assert primary.calls == 1
 
 
 # ------------------------------------------------------------------ PostgreSQL
