@@ -326,11 +326,14 @@ class Engine:
             )
             folding += more
             response = await self._call_llm(fitted.messages, emit)
-        self.counter.calibrate(
-            self.model,
-            estimated=fitted.tokens + self._count_tools(),
-            reported=response.usage.prompt_tokens,
-        )
+        if not any(message.images for message in fitted.messages):
+            # An image's count is a fixed guess (and a model taking no images got notes
+            # instead): such a request would teach the calibration the guess's error.
+            self.counter.calibrate(
+                self.model,
+                estimated=fitted.tokens + self._count_tools(),
+                reported=response.usage.prompt_tokens,
+            )
         return response, folding
 
     def _count_tools(self) -> int:

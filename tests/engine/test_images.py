@@ -239,3 +239,14 @@ async def test_a_refusing_model_still_answers_a_run(
     events = [e async for e in engine(text_only_llm).run_stream("what?", images=[IMAGE])]
     assert isinstance(events[-1], Done) and events[-1].stop_reason == "completed"
     assert [len(r.image_urls) for r in text_only.requests] == [1, 0]
+
+
+async def test_a_request_with_images_does_not_move_the_calibration(
+    text_only: FakeOpenAI, text_only_llm: LLMClient
+) -> None:
+    text_only.script(Reply(text="no eyes"), Reply(text="plain"))
+    run = engine(text_only_llm)
+    [e async for e in run.run_stream("what?", images=[IMAGE, IMAGE, IMAGE, IMAGE])]
+    assert run.counter.ratio("fake-model") == 1.0  # 3,060 counted, a few dozen sent
+    [e async for e in run.run_stream("just text")]
+    assert run.counter.ratio("fake-model") != 1.0
