@@ -47,6 +47,8 @@ from typing import Any, NoReturn, Self
 
 from aiohttp import web
 
+from tests.fakes.slack_limits import SLACK_TIERS, SlackLimits
+
 __all__ = [
     "MAX_HEADER_TEXT_CHARS",
     "MAX_MARKDOWN_TEXT_CHARS",
@@ -55,6 +57,7 @@ __all__ = [
     "MAX_SECTION_TEXT_CHARS",
     "MAX_STREAM_MARKDOWN_CHARS",
     "MAX_VIEW_BLOCKS",
+    "SLACK_TIERS",
     "AssistantStatus",
     "FakeSlackAPI",
     "FileDownload",
@@ -121,11 +124,13 @@ class RecordedCall:
         params: Decoded parameters (query string and body merged, JSON fields decoded,
             ``token`` removed).
         token: Token from the ``Authorization: Bearer`` header or the ``token`` field.
-        failed: True when the call was answered by ``fail_next`` or ``rate_limit`` (the
-            fake did not process it).
+        failed: True when the call was answered by ``fail_next``, ``rate_limit`` or the
+            enforced Slack limits (the fake did not process it).
         error: The Slack ``error`` string returned, or ``None`` when ``ok`` was true.
         status: HTTP status code returned.
         http_method: ``"GET"`` or ``"POST"``.
+        rate_limited: True when the call was refused (HTTP 429 ``ratelimited``) by
+            ``rate_limit`` or by ``enforce_slack_limits``; it did not take effect.
     """
 
     method: str
@@ -135,6 +140,7 @@ class RecordedCall:
     error: str | None = None
     status: int = 200
     http_method: str = "POST"
+    rate_limited: bool = False
 
     @property
     def ok(self) -> bool:
@@ -583,7 +589,8 @@ class FakeSlackAPI:
 
     Checks run in this order for every API call: per-method latency, injected failures
     (``fail_next``), token (``not_authed`` / ``invalid_auth``), rate limits
-    (``rate_limit``), then the method itself (custom handlers registered with
+    (``rate_limit``, then Slack's documented limits when ``enforce_slack_limits`` is on),
+    then the method itself (custom handlers registered with
     ``register`` take precedence over the built-in ones).
 
     Chat streaming (``chat.startStream`` / ``chat.appendStream`` / ``chat.stopStream``):
@@ -627,6 +634,7 @@ class FakeSlackAPI:
         revoked_tokens: Iterable[str] = (),
         clock: Callable[[], float] = time.monotonic,
         stream_ttl_s: float = DEFAULT_STREAM_TTL_S,
+        enforce_slack_limits: bool = False,
     ) -> None:
         """Create a stopped fake server.
 
@@ -644,6 +652,8 @@ class FakeSlackAPI:
             stream_ttl_s: Seconds after ``chat.startStream`` at which a stream that was
                 not stopped expires (then append/stop answer
                 ``message_not_in_streaming_state``). Also an attribute.
+            enforce_slack_limits: Start with Slack's documented rate limits enforced (see
+                ``enforce_slack_limits``); ``reset`` returns to this setting.
         """
         self.bot_user_id = bot_user_id
         self.bot_id = bot_id
@@ -655,6 +665,7 @@ class FakeSlackAPI:
         self._initial_revoked = frozenset(revoked_tokens)
         self._clock = clock
         self.stream_ttl_s = stream_ttl_s
+        self._initial_enforce = enforce_slack_limits
         self._runner: web.AppRunner | None = None
         self._root: str | None = None
         self._stopping = asyncio.Event()
@@ -708,6 +719,7 @@ class FakeSlackAPI:
         self._failures: dict[str, deque[_Failure]] = {}
         self._latency: dict[str, float] = {}
         self._rate_limits: dict[str, _RateLimit] = {}
+        self._slack_limits: SlackLimits | None = SlackLimits() if self._initial_enforce else None
         self._custom: dict[str, MethodHandler] = {}
         self._ts_micros = _FIRST_TS_MICROS - _TS_STEP_MICROS
         self._ids = itertools.count(1)
@@ -787,6 +799,13 @@ class FakeSlackAPI:
             The matching calls (including failed ones).
         """
         return [call for call in self.calls if call.method == method]
+
+    def rate_limited_calls(self) -> list[RecordedCall]:
+        """Return the calls refused for rate limits (``rate_limit`` or the Slack limits).
+
+        ``fail_next`` 429s are injected failures, not rate limits, and are not included.
+        """
+        return [call for call in self.calls if call.rate_limited]
 
     def clear_calls(self) -> None:
         """Forget the recorded calls only; workspace state and configuration are kept."""
@@ -1134,6 +1153,29 @@ class FakeSlackAPI:
             window=window, capacity=capacity, per_channel=per_channel
         )
 
+    def enforce_slack_limits(self, enabled: bool = True) -> None:
+        """Enforce (or stop enforcing) Slack's documented Web API rate limits.
+
+        Token buckets over the injected ``clock``, modelled in ``tests.fakes.slack_limits``:
+        one per method in ``SLACK_TIERS`` (a tier's ``per_minute`` calls a minute, refill
+        ``per_minute / 60`` a second, burst ``max(1, per_minute // 6)``, i.e. ten seconds'
+        worth), ``chat.postMessage`` as 300 a minute (burst 50), and one per channel shared
+        by ``chat.postMessage``, ``chat.startStream`` and ``files.completeUploadExternal``
+        with a channel (burst 3, refill 1 a second). A call over a limit answers HTTP 429
+        ``ratelimited`` with ``Retry-After`` (whole seconds until it would pass, at least 1),
+        takes no effect, and is recorded with ``rate_limited=True``. The check runs after
+        ``rate_limit``'s. Enabling starts from full buckets.
+
+        Args:
+            enabled: True to enforce, False to stop.
+        """
+        self._slack_limits = SlackLimits() if enabled else None
+
+    @property
+    def slack_limits_enforced(self) -> bool:
+        """Whether ``enforce_slack_limits`` is on."""
+        return self._slack_limits is not None
+
     def register(self, method: str, handler: MethodHandler | None) -> None:
         """Install a custom implementation for a method (overrides built-ins).
 
@@ -1253,7 +1295,7 @@ class FakeSlackAPI:
 
         await self._sleep(self._latency.get(method, self._latency.get("*", 0.0)))
 
-        status, headers, failed = 200, {}, False
+        status, headers, failed, rate_limited = 200, {}, False, False
         body: dict[str, Any]
         failure = self._take_failure(method)
         auth_error = None if method in _NO_AUTH_METHODS else self._auth_error(token)
@@ -1264,8 +1306,16 @@ class FakeSlackAPI:
             body = early_error.body()
         elif auth_error is not None:
             body = {"ok": False, "error": auth_error}
-        elif (retry_after := self._rate_limited(method, params)) is not None:
-            status, body, failed = 429, {"ok": False, "error": "ratelimited"}, True
+        elif (retry_after := self._rate_limited(method, params)) is not None or (
+            self._slack_limits is not None
+            and (retry_after := self._slack_limits.admit(method, params, self._clock())) is not None
+        ):
+            status, body, failed, rate_limited = (
+                429,
+                {"ok": False, "error": "ratelimited"},
+                True,
+                True,
+            )
             headers = {"Retry-After": str(retry_after)}
         elif method in self._custom:
             status, body = await self._run_custom(self._custom[method], params)
@@ -1286,6 +1336,7 @@ class FakeSlackAPI:
                 error=None if body.get("ok") else str(body.get("error")),
                 status=status,
                 http_method=request.method,
+                rate_limited=rate_limited,
             )
         )
         return web.json_response(body, status=status, headers=headers)

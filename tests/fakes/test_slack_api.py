@@ -14,6 +14,7 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.web.async_client import AsyncWebClient
 
 from tests.fakes.slack_api import FakeSlackAPI, RecordedCall
+from tests.fakes.slack_limits import SLACK_TIERS, TIER_PER_MINUTE, burst_capacity
 
 
 @pytest.fixture
@@ -913,3 +914,113 @@ async def test_reset_forgets_streams(clocked: tuple[FakeSlackAPI, Clock]) -> Non
     fake.reset()
     assert fake.stream_state("D1", ts) is None
     assert fake.stream_ttl_s == 60.0
+
+
+# --------------------------------------------------------------------------- Slack's rate limits
+
+
+async def test_slack_limits_are_off_by_default(fake: FakeSlackAPI, client: AsyncWebClient) -> None:
+    assert fake.slack_limits_enforced is False
+    ts = (await client.chat_postMessage(channel="C1", text="v"))["ts"]
+    for i in range(20):
+        assert (await client.chat_update(channel="C1", ts=ts, text=f"v{i}"))["ok"]
+        assert (await client.chat_postMessage(channel="C1", text=f"m{i}"))["ok"]
+    assert fake.rate_limited_calls() == []
+
+
+async def test_tier_limit_answers_429_exactly_past_the_bucket() -> None:
+    clock = Clock()
+    async with FakeSlackAPI(clock=clock, enforce_slack_limits=True) as fake:
+        assert fake.slack_limits_enforced is True
+        assert SLACK_TIERS["chat.update"] == 3 and SLACK_TIERS["usergroups.users.list"] == 2
+        client = AsyncWebClient(token="xoxb-test", base_url=fake.url)
+        ts = (await client.chat_postMessage(channel="C1", text="v"))["ts"]
+        burst = burst_capacity(TIER_PER_MINUTE[3])
+        assert burst == 8
+        for i in range(burst):
+            assert (await client.chat_update(channel="C1", ts=ts, text=f"v{i}"))["ok"]
+        err = await slack_error(client.chat_update(channel="C1", ts=ts, text="too many"))
+        assert err.response.status_code == 429
+        assert err.response["error"] == "ratelimited"
+        assert err.response.headers["Retry-After"] == "2"  # 1 token at 50/min takes 1.2 s
+        message = fake.get_message("C1", ts)
+        assert message is not None and message["text"] == f"v{burst - 1}"  # no effect
+        refused = fake.rate_limited_calls()
+        assert [c.method for c in refused] == ["chat.update"]
+        assert refused[0].failed and refused[0].status == 429
+        assert refused[0].params["text"] == "too many"
+
+        clock.now += 1.1
+        err = await slack_error(client.chat_update(channel="C1", ts=ts, text="still"))
+        assert err.response.headers["Retry-After"] == "1"
+        clock.now += 0.1
+        assert (await client.chat_update(channel="C1", ts=ts, text="later"))["ok"]
+        # Other methods have their own buckets.
+        assert (await client.conversations_replies(channel="C1", ts=ts))["ok"]
+
+        # Tier 2: a burst of 3, then one every 3 s.
+        fake.add_usergroup("S1", ["U1"])
+        for _ in range(3):
+            assert (await client.usergroups_users_list(usergroup="S1"))["ok"]
+        err = await slack_error(client.usergroups_users_list(usergroup="S1"))
+        assert err.response.headers["Retry-After"] == "3"
+        assert len(fake.rate_limited_calls()) == 3
+
+
+async def test_per_channel_message_limit() -> None:
+    clock = Clock()
+    async with FakeSlackAPI(clock=clock) as fake:
+        fake.enforce_slack_limits()
+        client = AsyncWebClient(token="xoxb-test", base_url=fake.url)
+        for i in range(3):
+            assert (await client.chat_postMessage(channel="C1", text=f"m{i}"))["ok"]
+        err = await slack_error(client.chat_postMessage(channel="C1", text="flood"))
+        assert err.response.status_code == 429
+        assert err.response.headers["Retry-After"] == "1"
+        assert [m["text"] for m in fake.channel_messages("C1")] == ["m0", "m1", "m2"]
+        # Another channel has its own bucket; streams started in C1 share C1's.
+        parent = fake.add_message("D1", "question", "UALICE")
+        assert (await client.chat_postMessage(channel="D1", text="elsewhere"))["ok"]
+        err = await slack_error(
+            client.api_call("chat.startStream", json={"channel": "C1", "thread_ts": "1.0"})
+        )
+        assert err.response.status_code == 429
+        clock.now += 1.0
+        assert (await client.chat_postMessage(channel="C1", text="m3"))["ok"]
+        assert (await client.chat_startStream(channel="D1", thread_ts=parent))["ok"]
+        assert [c.method for c in fake.rate_limited_calls()] == [
+            "chat.postMessage",
+            "chat.startStream",
+        ]
+
+
+async def test_post_message_workspace_limit_and_switching_off() -> None:
+    clock = Clock()
+    async with FakeSlackAPI(clock=clock, enforce_slack_limits=True) as fake:
+        client = AsyncWebClient(token="xoxb-test", base_url=fake.url)
+        burst = burst_capacity(300)
+        for i in range(burst):
+            assert (await client.chat_postMessage(channel=f"C{i}", text="hi"))["ok"]
+        err = await slack_error(client.chat_postMessage(channel="CNEW", text="hi"))
+        assert err.response.headers["Retry-After"] == "1"
+        fake.enforce_slack_limits(False)
+        assert (await client.chat_postMessage(channel="CNEW", text="hi"))["ok"]
+        fake.enforce_slack_limits(True)  # starts from full buckets
+        assert (await client.chat_postMessage(channel="CNEW", text="again"))["ok"]
+        fake.enforce_slack_limits(False)
+        fake.reset()  # back to the constructor's setting
+        assert fake.slack_limits_enforced is True
+
+
+async def test_rate_limited_calls_include_rate_limit_but_not_fail_next() -> None:
+    clock = Clock()
+    async with FakeSlackAPI(clock=clock) as fake:
+        client = AsyncWebClient(token="xoxb-test", base_url=fake.url)
+        fake.rate_limit("auth.test", per_second=1)
+        fake.fail_next("api.test", retry_after=1)
+        assert (await client.auth_test())["ok"]
+        err = await slack_error(client.auth_test())
+        assert err.response.status_code == 429
+        await slack_error(client.api_test())
+        assert [c.method for c in fake.rate_limited_calls()] == ["auth.test"]
+        assert [c.method for c in fake.calls if c.failed] == ["auth.test", "api.test"]
