@@ -8,7 +8,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,16 +30,24 @@ from bot.engine import (
     ErrorEvent,
     ModelWaiting,
     RunEvent,
+    TextDelta,
     ToolResult,
     ToolStart,
 )
+from bot.engine.messages import ImagePart
 from bot.sessions import UnknownAgentError
-from bot.slack.answers import post_answer, post_messages, post_text
+from bot.slack.answers import post_messages, post_text
 from bot.slack.approvals import SlackApprovals
-from bot.slack.blocks import error_message, progress_blocks, task_finished_message
+from bot.slack.blocks import (
+    error_message,
+    feedback_blocks,
+    progress_blocks,
+    task_finished_message,
+)
 from bot.slack.directory import SlackDirectory
 from bot.slack.files import FileReader
 from bot.slack.progress import ProgressMessage
+from bot.slack.streaming import AnswerStream
 from bot.slack.text import (
     AnswerMessage,
     format_duration,
@@ -47,6 +55,7 @@ from bot.slack.text import (
     mention_free,
     parse_direct_agent,
 )
+from bot.slack.timeline import show_child_step, show_step
 from bot.store import SessionKey
 from bot.store.runs import RunStore
 from bot.store.tasks import TaskDetail, TaskRecord
@@ -98,6 +107,7 @@ class ActiveRun:
     cancelled_by: str | None = None
     direct: bool = False  # an `@agent` run: it reads no steering; messages wait for its end
     session_id: int | None = None  # set once the session is found, before the run starts
+    team_id: str | None = None  # the team of the person who asked (their streams go to them)
 
     def take_inbox(self) -> list[ChatMessage]:
         taken = list(self.inbox)
@@ -256,6 +266,7 @@ class SlackThreads:
             channel=channel,
             thread_ts=thread_ts,
             direct=parse_direct_agent(mention_free(text, self.bot_user_id or "")) is not None,
+            team_id=event.get("user_team") or team_id or event.get("team"),
         )
         self.runs[run.run_id] = run
         self.threads[key.key] = run
@@ -348,9 +359,13 @@ class SlackThreads:
         """Pass a message (and its files) to the running agent, acknowledged with a reaction."""
         name = await self.names.name_of(user)
         clean = mention_free(text, self.bot_user_id or "")
-        read = await self.files.prompt_text(clean, files)
+        read = await self.files.prompt(clean, files)
         run.inbox.append(
-            ChatMessage(role="user", content=f"[{name} <@{user}>, while you were working] {read}")
+            ChatMessage(
+                role="user",
+                content=f"[{name} <@{user}>, while you were working] {read.text}",
+                images=read.images,
+            )
         )
         run.authors.append((user, clean, addressed))
         try:
@@ -391,8 +406,16 @@ class SlackThreads:
         progress = ProgressMessage(
             self.client, channel=run.channel, thread_ts=run.thread_ts, run_id=run.run_id
         )
+        stream = AnswerStream(
+            self.client,
+            channel=run.channel,
+            thread_ts=run.thread_ts,
+            recipient_user_id=run.user_id,
+            recipient_team_id=run.team_id,
+            budget=getattr(self.client, "budget", None),
+        )
         started = time.monotonic()
-        status_task = self.spawn(self._keep_status(run), f"status-{run.run_id}") if is_dm else None
+        status_task: asyncio.Task[Any] | None = None
         final = "✗ Stopped"
         try:
             await progress.start()
@@ -421,13 +444,18 @@ class SlackThreads:
                 )  # fmt: skip
                 return
             progress.set_status(WORKING)
+            status_task = self.spawn(self._keep_status(run), f"status-{run.run_id}")
             started = time.monotonic()
             if direct is not None:
-                task = await self.files.prompt_text(direct[1], files)
-                final = await self._run_agent(run, progress, direct[0], task, started)
+                task = await self.files.prompt(direct[1], files)
+                final = await self._run_agent(
+                    run, progress, stream, direct[0], task.text, started, images=task.images
+                )
             else:
-                prompt = await self.files.prompt_text(clean, files)
-                final = await self._run_main(run, progress, ts, prompt, started)
+                prompt = await self.files.prompt(clean, files)
+                final = await self._run_main(
+                    run, progress, stream, ts, prompt.text, started, images=prompt.images
+                )
         except asyncio.CancelledError:
             who = f" by <@{run.cancelled_by}>" if run.cancelled_by else ""
             final = f"⊘ Cancelled{who}"
@@ -447,6 +475,9 @@ class SlackThreads:
         finally:
             if status_task is not None:
                 status_task.cancel()
+            if stream.mode != "closed":
+                # Ended without its answer (cancelled, failed): keep what was written.
+                await asyncio.shield(stream.abandon())
             await asyncio.shield(progress.finish(final))
             metrics.record_run(run_outcome(final))
 
@@ -470,7 +501,15 @@ class SlackThreads:
             logger.warning("could not report in the thread: %s", exc.response.get("error"))
 
     async def _run_main(
-        self, run: ActiveRun, progress: ProgressMessage, ts: str, text: str, started: float
+        self,
+        run: ActiveRun,
+        progress: ProgressMessage,
+        stream: AnswerStream,
+        ts: str,
+        text: str,
+        started: float,
+        *,
+        images: Sequence[ImagePart] = (),
     ) -> str:
         name = await self.names.name_of(run.user_id)
         context = await self._thread_context(run, ts)
@@ -484,11 +523,12 @@ class SlackThreads:
             meter=budget,
             user_id=run.user_id,
             approval=self._approval_for(run),
-            progress=lambda update: self._show_child(progress, update, child_usage),
+            progress=lambda update: self._show_child(progress, stream, update, child_usage),
             inbox=run.take_inbox,
             context=context,
+            images=images,
         ):
-            self._show(progress, event)
+            self._show(progress, stream, event)
             if isinstance(event, ErrorEvent):
                 errors.append(event.message)
             elif isinstance(event, Compacted) and event.newsworthy:
@@ -498,10 +538,7 @@ class SlackThreads:
         assert done is not None
         for message in errors:
             await self._report(run, message)
-        if done.final_text.strip():
-            await post_answer(
-                self.client, channel=run.channel, thread_ts=run.thread_ts, markdown=done.final_text
-            )
+        await stream.finish(done.final_text, footer=feedback_blocks(run.run_id))
         mark = STOP_MARKS.get(done.stop_reason, "✗ Failed")
         parts = [
             mark,
@@ -518,7 +555,15 @@ class SlackThreads:
         return " · ".join(parts)
 
     async def _run_agent(
-        self, run: ActiveRun, progress: ProgressMessage, agent: str, text: str, started: float
+        self,
+        run: ActiveRun,
+        progress: ProgressMessage,
+        stream: AnswerStream,
+        agent: str,
+        text: str,
+        started: float,
+        *,
+        images: Sequence[ImagePart] = (),
     ) -> str:
         if not text:
             await post_text(
@@ -536,21 +581,18 @@ class SlackThreads:
                 meter=self._budget(run),
                 user_id=run.user_id,
                 approval=self._approval_for(run),
-                progress=lambda update: self._show_child(progress, update, {}),
+                progress=lambda update: self._show_direct(progress, stream, update),
+                images=images,
             )
         except UnknownAgentError as exc:
             await self._report(run, str(exc))
             return "✗ Unknown agent"
-        header = f"*{agent}* · `{outcome.task_id}`"
         body = outcome.text or "(no answer text)"
         if outcome.state != "completed":
+            # The failure leads: what was streamed is rewritten to say it first.
             body = f"✗ {self.redact(outcome.error or outcome.state)}\n\n{body}"
-        await post_answer(
-            self.client,
-            channel=run.channel,
-            thread_ts=run.thread_ts,
-            markdown=f"{header}\n\n{body}",
-        )
+        stream.prefix = direct_header(agent, outcome.task_id)
+        await stream.finish(body, footer=feedback_blocks(run.run_id))
         mark = "✓ Done" if outcome.state == "completed" else f"✗ {outcome.state.capitalize()}"
         return " · ".join(
             [
@@ -570,19 +612,25 @@ class SlackThreads:
             requested_by=run.user_id,
         )
 
-    def _show(self, progress: ProgressMessage, event: RunEvent) -> None:
-        if isinstance(event, ModelWaiting):
+    def _show(self, progress: ProgressMessage, stream: AnswerStream, event: RunEvent) -> None:
+        if isinstance(event, TextDelta):
+            stream.write(event.text)
+        elif isinstance(event, ModelWaiting):
             progress.set_status(waiting_status(event))
+            if event.discard_text:
+                stream.discard()  # the retried call writes its answer again
             return
         if progress.status != WORKING:
             progress.set_status(WORKING)  # the model answers again
         if isinstance(event, ToolStart | ToolResult | ErrorEvent | ApprovalRequired):
             if line := describe_event(event):
                 progress.add(self.redact(line))
+        show_step(stream, event, redact=self.redact)
 
     def _show_child(
         self,
         progress: ProgressMessage,
+        stream: AnswerStream,
         update: SubAgentEvent,
         usage: dict[str, tuple[str, int]],
     ) -> None:
@@ -592,9 +640,26 @@ class SlackThreads:
             usage[update.task_id] = (update.agent, update.event.usage.total_tokens)
         if line := describe_event(update.event):
             progress.add(self.redact(f"[{update.agent}] {line}"))
+        show_child_step(stream, update, redact=self.redact)
+
+    def _show_direct(
+        self, progress: ProgressMessage, stream: AnswerStream, update: SubAgentEvent
+    ) -> None:
+        """An `@agent` run: its own words are the answer; its steps, the timeline."""
+        event = update.event
+        if isinstance(event, TextDelta):
+            stream.prefix = direct_header(update.agent, update.task_id)
+            stream.write(event.text)
+            return
+        if isinstance(event, ModelWaiting) and event.discard_text:
+            stream.discard()
+        if line := describe_event(event):
+            progress.add(self.redact(f"[{update.agent}] {line}"))
+        show_step(stream, event, redact=self.redact)
 
     async def _keep_status(self, run: ActiveRun) -> None:
-        """Show "is working…" in assistant threads, refreshed before it expires."""
+        """Show "is working…" under the thread (DMs and channel threads alike), refreshed
+        before it expires; where Slack refuses it, the progress message suffices."""
         try:
             while True:
                 await self.client.assistant_threads_setStatus(
@@ -734,6 +799,11 @@ class SlackThreads:
             messages=[AnswerMessage(text=post.text, blocks=post.blocks)],
             file=post.file,
         )
+
+
+def direct_header(agent: str, task_id: str) -> str:
+    """The first line of an `@agent` run's answer: whose it is, and its task."""
+    return f"*{agent}* · `{task_id}`\n\n"
 
 
 def waiting_status(event: ModelWaiting) -> str:

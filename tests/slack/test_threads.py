@@ -19,9 +19,10 @@ async def test_a_mention_is_answered_in_its_thread(harness: SlackHarness) -> Non
     ts = await harness.mention("is the build green?")
     await harness.settle()
     posts = [m for m in harness.thread("C1", ts) if m.get("user") == BOT]
-    answer = next(m for m in posts if any(b["type"] == "markdown" for b in m.get("blocks", [])))
-    assert answer["blocks"][0]["text"] == "Hello **Alice**, the build is green."
-    assert "*Alice*" in answer["text"]  # the mrkdwn fallback
+    # The answer is streamed (Markdown, as the model wrote it) and ends with 👍/👎.
+    answer = next(m for m in posts if harness.slack.stream_state("C1", m["ts"]) == "stopped")
+    assert answer["text"] == "Hello **Alice**, the build is green."
+    assert "feedback_buttons" in json.dumps(answer["blocks"])
     progress = next(m for m in posts if m is not answer)
     assert "✓ Done" in json.dumps(progress["blocks"], ensure_ascii=False)
     assert "Cancel" not in json.dumps(
