@@ -58,7 +58,6 @@ def reader(harness: SlackHarness) -> FileReader:
 
 
 # Until bot/slack/threads.py calls `FileReader.prompt` and passes its images on.
-awaiting_wiring = pytest.mark.xfail(reason="awaiting threads wiring", strict=False)
 
 
 async def test_a_text_file_reaches_the_prompt_as_data(harness: SlackHarness) -> None:
@@ -189,7 +188,6 @@ async def stored_contents(harness: SlackHarness) -> list[str]:
         return [row[0] or "" for row in rows]
 
 
-@awaiting_wiring
 async def test_an_attached_png_reaches_the_model_as_an_image_part(harness: SlackHarness) -> None:
     image = harness.slack.add_file("diagram.png", PNG)
     harness.llm.script(Reply(text="A diagram."))
@@ -206,7 +204,6 @@ async def test_an_attached_png_reaches_the_model_as_an_image_part(harness: Slack
     assert not any("base64" in c or "iVBOR" in c for c in contents)  # the bytes stay out
 
 
-@awaiting_wiring
 async def test_a_file_claiming_to_be_a_png_that_is_not_is_named_not_sent(
     harness: SlackHarness,
 ) -> None:
@@ -221,7 +218,6 @@ async def test_a_file_claiming_to_be_a_png_that_is_not_is_named_not_sent(
     assert len(harness.slack.downloads) == 1  # read, to look at its bytes
 
 
-@awaiting_wiring
 async def test_an_oversized_image_is_named_with_the_reason(harness: SlackHarness) -> None:
     huge = harness.slack.add_file("huge.png", PNG[:8] + b"\x00" * (5 * 1024 * 1024))
     harness.llm.script(Reply(text="Too big to see."))
@@ -232,7 +228,6 @@ async def test_an_oversized_image_is_named_with_the_reason(harness: SlackHarness
     assert harness.slack.downloads == []
 
 
-@awaiting_wiring
 async def test_a_model_that_refuses_images_still_answers_and_is_not_sent_images_again(
     harness: SlackHarness,
 ) -> None:
@@ -255,7 +250,6 @@ async def test_a_model_that_refuses_images_still_answers_and_is_not_sent_images_
     assert prompt_of(harness, 2).endswith("[image two.png: this model does not accept images]")
 
 
-@awaiting_wiring
 async def test_an_image_uploaded_during_a_run_steers_it_as_an_image(
     harness: SlackHarness,
 ) -> None:
