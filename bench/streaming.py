@@ -33,15 +33,15 @@ async def measure(runs: int, words: int, seconds: float) -> None:
     whole: list[float] = []
     pieces: list[int] = []
     calls: Counter[str] = Counter()
+    sent: list[float] = []
+
+    def respond(request: RecordedRequest) -> Reply:
+        # The fake sends the first chunk as soon as the responder returns.
+        sent.append(time.monotonic())
+        return Reply(text=answer, chunk_delay=delay)
+
     with tempfile.TemporaryDirectory() as directory:
         async for harness in start_harness(Path(directory)):
-            sent: list[float] = []
-
-            def respond(request: RecordedRequest) -> Reply:
-                # The fake sends the first chunk as soon as the responder returns.
-                sent.append(time.monotonic())
-                return Reply(text=answer, chunk_delay=delay)
-
             harness.llm.responder = respond
             await harness.mention("warm-up")
             await harness.settle()
