@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from bot.config import LimitsConfig
+from bot.slack.rate_budget import RateBudget
 from tests.fakes.openai_api import Reply
 from tests.slack.harness import SlackHarness, start_harness
 
@@ -40,7 +41,7 @@ def person(n: int) -> str:
 
 async def measure(mentions: int, latency: float) -> None:
     with tempfile.TemporaryDirectory() as directory:
-        async for harness in start_harness(Path(directory)):
+        async for harness in start_harness(Path(directory), rate_budget=RateBudget()):
             harness.llm.responder = lambda request: Reply(text="Answer.", delay=latency)
             for n in range(mentions):
                 harness.slack.add_user(person(n), f"person{n}")

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from bot.config import LimitsConfig
+from bot.slack.rate_budget import RateBudget
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.slack.harness import start_harness
 
@@ -38,7 +39,9 @@ async def measure(mentions: int, runs: int, latency: float) -> None:
         return Reply(text="Answer.")
 
     with tempfile.TemporaryDirectory() as directory:
-        async for harness in start_harness(Path(directory), limits=limits):
+        async for harness in start_harness(
+            Path(directory), limits=limits, rate_budget=RateBudget()
+        ):
             for n in range(mentions):
                 harness.slack.add_user(f"UPERSON{n}", f"person{n}")
             harness.llm.responder = lambda request: Reply(text="warm")

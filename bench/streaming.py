@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bot.slack.rate_budget import RateBudget
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.slack.harness import BOT, start_harness
 
@@ -41,7 +42,7 @@ async def measure(runs: int, words: int, seconds: float) -> None:
         return Reply(text=answer, chunk_delay=delay)
 
     with tempfile.TemporaryDirectory() as directory:
-        async for harness in start_harness(Path(directory)):
+        async for harness in start_harness(Path(directory), rate_budget=RateBudget()):
             harness.llm.responder = respond
             await harness.mention("warm-up")
             await harness.settle()

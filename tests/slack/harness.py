@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 import aiohttp
 
 from bot.app import Baton, build_baton
+from bot.slack.rate_budget import RateBudget
 from bot.slack.server import EVENTS_PATH, HttpServer
 from bot.slack.surface import SlackSurface
 from tests.conftest import make_settings
@@ -29,6 +30,8 @@ BOT = "UBOT"
 ALICE = "UALICE"
 BOB = "UBOB"
 MAIN_MARK = "You are Baton"
+# How much faster than Slack's limits the harness paces its calls by default.
+TEST_BUDGET_SPEED = 100.0
 
 _counter = itertools.count(1)
 
@@ -198,7 +201,12 @@ async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
             await asyncio.sleep(0.01)
 
 
-async def start_harness(tmp_path: Path, **overrides: Any) -> AsyncIterator[SlackHarness]:
+async def start_harness(
+    tmp_path: Path, *, rate_budget: RateBudget | None = None, **overrides: Any
+) -> AsyncIterator[SlackHarness]:
+    """The bot on the fakes. Slack calls are paced by `rate_budget`: by default Slack's
+    limits a hundred times as fast (the fake does not enforce limits unless asked;
+    tests of pacing and the benchmarks pass a real `RateBudget()`)."""
     async with FakeSlackAPI(bot_user_id=BOT) as slack, FakeOpenAI() as llm:
         slack.add_user(ALICE, "alice", real_name="Alice Liddell", display_name="Alice")
         slack.add_user(BOB, "bob", real_name="Bob Dylan", display_name="Bob")
@@ -208,7 +216,11 @@ async def start_harness(tmp_path: Path, **overrides: Any) -> AsyncIterator[Slack
             slack_api_url=slack.url, **overrides,
         )  # fmt: skip
         baton = await build_baton(settings)
-        surface = SlackSurface(baton, approval_poll_s=0.05)
+        surface = SlackSurface(
+            baton,
+            approval_poll_s=0.05,
+            rate_budget=rate_budget or RateBudget.scaled(TEST_BUDGET_SPEED),
+        )
         await surface.start()
         server = HttpServer(surface, host="127.0.0.1", port=0)
         await server.start()
