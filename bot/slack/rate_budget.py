@@ -221,6 +221,14 @@ class RateBudget:
         `level` defaults to the one `priority` set for this task (URGENT when none).
         """
         level = current_priority() if level is None else level
+        try:
+            await self._acquire(method, channel, level)
+        except Exception:
+            # The budget paces calls, it must never lose one: the call goes out, and
+            # the client's 429 handling is the safety net.
+            logger.exception("the Slack rate budget failed; %s goes out unpaced", method)
+
+    async def _acquire(self, method: str, channel: str | None, level: Priority) -> None:
         keys = self.limits_for(method, channel)
         if level is Priority.URGENT:
             wait = 0.0

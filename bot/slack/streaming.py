@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -47,7 +48,17 @@ START_PATIENCE_S = 2.0
 STREAM_TEXT_LIMIT = MARKDOWN_BLOCKS_LIMIT
 # Slack's limit of one task's title and details in a task_update chunk.
 TASK_TEXT_LIMIT = 256
+# The most tasks one timeline shows: a model calling tools by the thousand gets this
+# many, the last one counting the rest, so no call carries an unbounded list of chunks.
+MAX_TASKS = 50
+OVERFLOW_TASK_ID = "baton-more-steps"
 PARAGRAPH = "\n\n"
+# Slack reads `<!channel>`, `<!here>`, `<!subteam^…>`, `<@U…>` in a message's text as
+# pings. The streamed Markdown becomes the message's text, so a zero-width space keeps
+# each `<` that could open one (or that ends a chunk: the rest may come in the next)
+# from being read so, and the message looks the same.
+_PING = re.compile(r"<(?=[!@](?:[A-Za-z^]|$)|$)")
+ZERO_WIDTH_SPACE = "\u200b"
 
 TaskStatus = Literal["pending", "in_progress", "complete", "error"]
 Mode = Literal["idle", "streaming", "updating", "closed"]
@@ -93,6 +104,9 @@ class AnswerStream:
         self._call_start = 0  # where the text of the current model call begins
         self._gap = False  # a step came since the last text: the next text is a new paragraph
         self._tasks: dict[str, dict[str, str]] = {}  # every task shown, by id
+        self._overflow = 0  # steps past MAX_TASKS, shown as one task
+        self._overflowed: set[str] = set()  # the ids of the tasks it counts
+        self._sent = 0  # characters of Markdown the stream carries (with defused pings)
         self._pending: dict[str, None] = {}  # ids of tasks changed since the last send
         self._dirty = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -130,6 +144,14 @@ class AnswerStream:
     ) -> None:
         """A task of the timeline begins or changes (a tool call, a sub-agent)."""
         task = self._tasks.get(task_id)
+        if task is None and len(self._tasks) >= MAX_TASKS - 1:
+            # A flood of steps: the rest are counted by one last task.
+            if task_id not in self._overflowed:
+                self._overflowed.add(task_id)
+                self._overflow += 1
+            task_id = OVERFLOW_TASK_ID
+            task = self._tasks.setdefault(task_id, {})
+            title, details, output = f"… and {self._overflow:,} more steps", None, None
         if task is None:
             task = self._tasks[task_id] = {"title": _task_text(title or task_id)}
         elif title:
@@ -199,14 +221,17 @@ class AnswerStream:
         plan = plan_answer(answer)
         whole = plan.file is None and len(plan.messages) == 1 and len(answer) <= STREAM_TEXT_LIMIT
         if self.mode == "streaming":
-            if whole and answer.startswith(self.shown):
+            rest = answer[len(self.shown) :] if answer.startswith(self.shown) else None
+            if whole and rest is not None and self._fits(rest):
                 try:
-                    await self._stop_stream(answer[len(self.shown) :], footer=footer)
+                    await self._stop_stream(rest, footer=footer)
                     return
                 except SlackApiError as exc:
                     logger.info("stream ended before its answer (%s): updating it", _error(exc))
+                except Exception:
+                    logger.exception("could not end the stream with its answer: updating it")
             else:
-                with contextlib.suppress(SlackApiError):
+                with contextlib.suppress(Exception):
                     await self._stop_stream("")
             self.mode = "updating"
         messages = list(plan.messages)
@@ -215,10 +240,11 @@ class AnswerStream:
             last = not rest and plan.file is None
             try:
                 await self._replace(first, footer if last else [])
-            except SlackApiError as exc:
+            except Exception as exc:
                 # The message cannot be rewritten (deleted, or Slack refuses): say it all anew.
-                logger.warning("could not rewrite the answer message: %s", _error(exc))
-                with contextlib.suppress(SlackApiError):
+                reason = _error(exc) if isinstance(exc, SlackApiError) else type(exc).__name__
+                logger.warning("could not rewrite the answer message: %s", reason)
+                with contextlib.suppress(Exception):
                     await self.client.chat_delete(channel=self.channel, ts=self.ts)
                 rest = messages
             messages = rest
@@ -271,12 +297,12 @@ class AnswerStream:
             await self._update(self.text)
 
     async def _start(self) -> None:
-        text = self.text[:STREAM_TEXT_LIMIT]
+        text = self._fitting(self.text)
         chunks = self._take_tasks()
         if not text and not chunks:
             return
         if text:
-            chunks.insert(0, MarkdownTextChunk(text=text))
+            chunks.insert(0, _markdown(text))
         try:
             # The stream's start is the answer's message: it goes first, like final
             # answers (its appends are the ones that yield to them).
@@ -298,6 +324,7 @@ class AnswerStream:
             return
         self.ts = str(response["ts"])
         self.shown = text
+        self._sent = len(defuse_pings(text))
         self.mode = "streaming"
         self.appends += 1
 
@@ -312,7 +339,7 @@ class AnswerStream:
         new = self._unsent()
         chunks = self._take_tasks()
         if new:
-            chunks.insert(0, MarkdownTextChunk(text=new))
+            chunks.insert(0, _markdown(new))
         if not chunks:
             return
         assert self.ts is not None
@@ -330,19 +357,32 @@ class AnswerStream:
             await self._update(self.text)
             return
         self.shown += new
+        self._sent += len(defuse_pings(new))
         self.appends += 1
 
     def _unsent(self) -> str:
         """The answer's text not yet in the stream (within what one message holds)."""
         if not self.text.startswith(self.shown):
             return ""
-        return self.text[len(self.shown) : STREAM_TEXT_LIMIT]
+        return self._fitting(self.text[len(self.shown) :])
+
+    def _fitting(self, more: str) -> str:
+        """The beginning of `more` that the stream's message still has room for, counted
+        as sent (pings defused)."""
+        room = max(0, STREAM_TEXT_LIMIT - self._sent)
+        piece = more[:room]
+        while (over := len(defuse_pings(piece)) - room) > 0:
+            piece = piece[: len(piece) - over]
+        return piece
+
+    def _fits(self, more: str) -> bool:
+        return self._sent + len(defuse_pings(more)) <= STREAM_TEXT_LIMIT
 
     async def _stop_stream(self, text: str, *, footer: list[dict[str, Any]] | None = None) -> None:
         assert self.ts is not None
         chunks: list[Chunk] = self._take_tasks()
         if text:
-            chunks.insert(0, MarkdownTextChunk(text=text))
+            chunks.insert(0, _markdown(text))
         await patiently(
             lambda: self.client.chat_stopStream(
                 channel=self.channel,
@@ -353,6 +393,7 @@ class AnswerStream:
             patience_s=60.0,
         )
         self.shown += text
+        self._sent += len(defuse_pings(text))
         self.mode = "closed"
 
     async def _update(self, text: str) -> None:
@@ -419,9 +460,27 @@ class AnswerStream:
                 yield
 
 
+def _markdown(text: str) -> MarkdownTextChunk:
+    """Streamed answer text as a chunk, with nothing in it Slack would read as a ping."""
+    return MarkdownTextChunk(text=defuse_pings(text))
+
+
+def defuse_pings(text: str) -> str:
+    """`text` with a zero-width space after every `<` that could start a Slack ping."""
+    return _PING.sub("<" + ZERO_WIDTH_SPACE, text)
+
+
 def _task_text(text: str) -> str:
     flat = " ".join(text.split())
-    return flat if len(flat) <= TASK_TEXT_LIMIT else flat[: TASK_TEXT_LIMIT - 1] + "…"
+    if len(flat) > TASK_TEXT_LIMIT:
+        flat = flat[: TASK_TEXT_LIMIT - 1] + "…"
+    # Defused after the cut, which may pass the limit by a few invisible characters:
+    # cut again, a defused `<` is never left at the end without its space.
+    defused = defuse_pings(flat)
+    while len(defused) > TASK_TEXT_LIMIT:
+        flat = flat[:-2] + "…"
+        defused = defuse_pings(flat)
+    return defused
 
 
 def _error(exc: SlackApiError) -> str:

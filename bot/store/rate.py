@@ -15,6 +15,7 @@ whose clocks disagree share one budget, and no two of them get the same slot.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import math
 import time
@@ -27,6 +28,12 @@ from sqlalchemy import text
 from bot.store.database import Database
 
 logger = logging.getLogger(__name__)
+
+# `slack_rate.key`'s length (SlackRateRow); longer keys are stored as their digest.
+KEY_LIMIT = 128
+# The in-memory store forgets arrival times long past (they mean no debt) once it
+# holds this many keys, so keys by the thousand (channels) do not pile up.
+MEMORY_KEYS_SWEEP = 10_000
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,8 @@ class MemoryRateStore:
 
     def reserve_now(self, key: str, interval: float, tolerance: float) -> Reservation:
         now = self.clock()
+        if len(self.tats) >= MEMORY_KEYS_SWEEP and key not in self.tats:
+            self.tats = {k: tat for k, tat in self.tats.items() if tat > now}
         base = max(self.tats.get(key, now), now)
         ahead = base - now
         if ahead > tolerance:
@@ -108,7 +117,7 @@ class PostgresRateStore:
         self.database = database
 
     async def reserve(self, key: str, interval: float, tolerance: float) -> Reservation:
-        params = {"key": key, "interval": interval, "tolerance": _finite(tolerance)}
+        params = {"key": row_key(key), "interval": interval, "tolerance": _finite(tolerance)}
         async with self.database.engine.begin() as connection:
             row = (await connection.execute(_RESERVE, params)).one()
         taken, before, now = row.taken, row.before, float(row.now)
@@ -118,7 +127,7 @@ class PostgresRateStore:
 
     async def release(self, key: str, interval: float) -> None:
         async with self.database.engine.begin() as connection:
-            await connection.execute(_RELEASE, {"key": key, "interval": interval})
+            await connection.execute(_RELEASE, {"key": row_key(key), "interval": interval})
 
 
 class FallbackRateStore:
@@ -194,6 +203,18 @@ def rate_store_for(database: Database | None) -> RateStore:
     if database is not None and database.url.startswith("postgresql"):
         return FallbackRateStore(PostgresRateStore(database))
     return MemoryRateStore()
+
+
+def row_key(key: str) -> str:
+    """The key as `slack_rate.key` holds it: itself when short and plain, else a digest.
+
+    A channel id comes from outside (an event, a tool's arguments): one too long for
+    the column, or with a NUL PostgreSQL refuses, would fail every reservation on its
+    key and send the whole replica to its fall-back budget.
+    """
+    if len(key) <= KEY_LIMIT and key.isascii() and key.isprintable():
+        return key
+    return "sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _finite(value: float) -> float:
