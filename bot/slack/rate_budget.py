@@ -41,6 +41,10 @@ from bot.store.rate import MemoryRateStore, RateStore
 logger = logging.getLogger(__name__)
 
 
+class NoRoom(TimeoutError):
+    """No slot comes within the wait the caller allowed; nothing was reserved."""
+
+
 class Priority(IntEnum):
     URGENT = 0  # approvals, final answers, replies to people; the default for any call
     STREAM = 1  # streamed answer text and its timeline (chat.appendStream etc.)
@@ -214,13 +218,30 @@ class RateBudget:
         return keys
 
     async def acquire(
-        self, method: str, channel: str | None, level: Priority | None = None
+        self,
+        method: str,
+        channel: str | None,
+        level: Priority | None = None,
+        *,
+        within: float | None = None,
     ) -> None:
         """Wait for a slot for one call of `method` (in `channel`) at `level`.
 
         `level` defaults to the one `priority` set for this task (URGENT when none).
+        With `within`, the slot is reserved only if it comes within that many seconds
+        (else NoRoom, and nothing is reserved): for a call that has a cheaper way
+        out, like a stream's start, which a plain message can stand in for.
         """
         level = current_priority() if level is None else level
+        if within is not None:
+            try:
+                granted = await self._reserve_within(self.limits_for(method, channel), within)
+            except Exception:
+                logger.exception("the Slack rate budget failed; %s goes out unpaced", method)
+                return
+            if not granted:
+                raise NoRoom(f"no slot for {method} within {within:g} s")
+            return
         try:
             await self._acquire(method, channel, level)
         except Exception:
@@ -245,6 +266,21 @@ class RateBudget:
             self.stats.retries[level] += 1
             await asyncio.sleep(retry)
 
+    async def _reserve_within(self, keys: list[tuple[str, Limit]], within: float) -> bool:
+        """Reserve a slot on every key if each comes within `within` s; sleep until it."""
+        taken: list[tuple[str, Limit]] = []
+        wait = 0.0
+        for key, limit in keys:
+            reservation = await self.store.reserve(key, limit.interval, limit.tolerance + within)
+            if not reservation.granted:
+                for done, done_limit in taken:
+                    await self.store.release(done, done_limit.interval)
+                return False
+            taken.append((key, limit))
+            wait = max(wait, reservation.ahead - limit.tolerance)
+        await self._sleep(Priority.URGENT, wait)
+        return True
+
     async def _try(self, keys: list[tuple[str, Limit]], level: Priority) -> float | None:
         """Take a slot on every key, or none: None, or how long to wait before asking again."""
         taken: list[tuple[str, Limit]] = []
@@ -268,14 +304,19 @@ class RateBudget:
 
     @contextlib.asynccontextmanager
     async def slot(
-        self, method: str, channel: str | None, level: Priority | None = None
+        self,
+        method: str,
+        channel: str | None,
+        level: Priority | None = None,
+        *,
+        within: float | None = None,
     ) -> AsyncIterator[None]:
         """Wait for a slot first; the next call of `method` inside the block uses it.
 
         So the call's arguments can be built after the wait: a progress update shows
         the state of when it was sent, a stream appends all it buffered meanwhile.
         """
-        await self.acquire(method, channel, level)
+        await self.acquire(method, channel, level, within=within)
         token = _prepaid.set(_Prepaid(method, _prepaid.get()))
         try:
             yield

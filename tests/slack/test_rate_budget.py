@@ -20,6 +20,7 @@ from bot.slack.progress import ProgressMessage
 from bot.slack.rate_budget import (
     METHOD_LIMITS,
     Limit,
+    NoRoom,
     Priority,
     RateBudget,
     call_channel,
@@ -80,6 +81,21 @@ async def test_urgent_calls_reserve_future_slots_at_the_rate() -> None:
     # Two at once (the burst), then one per 0.1 s.
     assert 0.35 < time.monotonic() - began < 0.7
     assert budget.stats.waited[Priority.URGENT] == 4
+
+
+async def test_a_call_with_a_way_out_reserves_nothing_when_its_slot_is_too_far() -> None:
+    budget = RateBudget(limits={"chat.startStream": Limit(60, 1)})  # one a second
+    await budget.acquire("chat.startStream", "C1", Priority.URGENT, within=0.5)
+    # The next slot is a second away: refused at once, and nothing is reserved...
+    began = time.monotonic()
+    with pytest.raises(NoRoom):
+        async with budget.slot("chat.startStream", "C1", Priority.URGENT, within=0.5):
+            raise AssertionError("no slot may be given")
+    assert time.monotonic() - began < 0.2
+    # ...so a call that waits gets the slot right after the first, not a second later.
+    began = time.monotonic()
+    await budget.acquire("chat.startStream", "C1")
+    assert time.monotonic() - began < 1.2
 
 
 async def test_an_urgent_call_is_not_delayed_by_a_flood_of_progress() -> None:
