@@ -27,6 +27,8 @@ from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec
 from tests.slack.harness import SlackHarness, start_harness
 
 CHANNEL = "CBUSY"
+# Past this (divided by --speed), the answers still missing are reported as lost.
+DEADLINE_S = 400.0
 
 
 def enforce_limits(harness: SlackHarness, speed: float) -> str:
@@ -60,7 +62,7 @@ def rate_limited(harness: SlackHarness) -> list[object]:
 
 async def measure(runs: int, latency: float, speed: float) -> None:
     with tempfile.TemporaryDirectory() as directory:
-        async for harness in start_harness(Path(directory)):
+        async for harness in start_harness(Path(directory), rate_budget=RateBudget()):
             harness.llm.responder = lambda request: answer(request, latency)
             for n in range(runs):
                 harness.slack.add_user(f"UPERSON{n}", f"person{n}")
@@ -80,7 +82,8 @@ async def measure(runs: int, latency: float, speed: float) -> None:
                 )
             )
             landed: dict[int, float] = {}
-            while len(landed) < runs:
+            deadline = began + DEADLINE_S / speed
+            while len(landed) < runs and time.perf_counter() < deadline:
                 for n, ts in enumerate(threads):
                     if n not in landed and f"Answer to q{n}." in json.dumps(
                         harness.thread(CHANNEL, ts)
@@ -93,7 +96,7 @@ async def measure(runs: int, latency: float, speed: float) -> None:
             calls = Counter(c.method for c in harness.slack.calls)
             refused = rate_limited(harness)
             stats = budget.stats
-    times = sorted(landed.values())
+    times = sorted(landed.values()) or [float("nan")]
     print(f"{runs} concurrent runs in one channel, model latency {latency:.1f} s, speed {speed:g}x")
     print(f"Slack enforcing: {limits}")
     print(

@@ -111,6 +111,8 @@ class AnswerStream:
         self._dirty = asyncio.Event()
         self._lock = asyncio.Lock()
         self._writer: asyncio.Task[None] | None = None
+        self._inflight: asyncio.Task[None] | None = None
+        self._in_call = False  # the in-flight send has its budget slot: let it finish
         self._last_send = 0.0
 
     # ------------------------------------------------------------------ feeding
@@ -206,6 +208,14 @@ class AnswerStream:
                 self.mode = "closed"
 
     async def _stop_writer(self) -> None:
+        inflight = self._inflight
+        if inflight is not None and not inflight.done() and not self._in_call:
+            # Still waiting for the rate budget: nothing was sent, and the end of the
+            # run says everything anyway. (A call already made is waited for.)
+            inflight.cancel()
+        if inflight is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([inflight])
         if self._writer is not None:
             self._writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -272,7 +282,9 @@ class AnswerStream:
             self._dirty.clear()
             # Shielded: a send under way when the run ends completes (holding the lock
             # `finish` waits for), so nothing is sent twice or lost in between.
-            await asyncio.shield(self._send_once())
+            self._in_call = False
+            self._inflight = asyncio.create_task(self._send_once(), name="answer-stream-send")
+            await asyncio.shield(self._inflight)
             self._last_send = loop.time()
 
     async def _send_once(self) -> None:
@@ -297,16 +309,17 @@ class AnswerStream:
             await self._update(self.text)
 
     async def _start(self) -> None:
-        text = self._fitting(self.text)
-        chunks = self._take_tasks()
-        if not text and not chunks:
+        if not self.text and not self._pending:
             return
-        if text:
-            chunks.insert(0, _markdown(text))
         try:
             # The stream's start is the answer's message: it goes first, like final
             # answers (its appends are the ones that yield to them).
             async with self._slot("chat.startStream", Priority.URGENT, START_PATIENCE_S):
+                # Built once the slot is there: everything written meanwhile goes too.
+                text = self._fitting(self.text)
+                chunks = self._take_tasks()
+                if text:
+                    chunks.insert(0, _markdown(text))
                 response = await self.client.chat_startStream(
                     channel=self.channel,
                     thread_ts=self.thread_ts,
@@ -336,15 +349,17 @@ class AnswerStream:
             self.mode = "updating"
             await self._update(self.text)
             return
-        new = self._unsent()
-        chunks = self._take_tasks()
-        if new:
-            chunks.insert(0, _markdown(new))
-        if not chunks:
+        if not self._unsent() and not self._pending:
             return
         assert self.ts is not None
+        new, chunks = "", []
         try:
             async with self._slot("chat.appendStream", Priority.STREAM, None):
+                # Built once the slot is there: all that came while it waited goes in one.
+                new = self._unsent()
+                chunks = self._take_tasks()
+                if new:
+                    chunks.insert(0, _markdown(new))
                 await self.client.chat_appendStream(channel=self.channel, ts=self.ts, chunks=chunks)
         except SlackApiError as exc:
             if exc.response.status_code == 429:
@@ -449,15 +464,18 @@ class AnswerStream:
         self, method: str, level: Priority, patience_s: float | None
     ) -> AsyncIterator[None]:
         """The rate budget's turn for one call at `level`, waited for before the call's
-        arguments are built; TimeoutError after `patience_s` seconds of waiting."""
+        arguments are built; NoRoom (a TimeoutError) when it would not come within
+        `patience_s` seconds, with nothing reserved. Until the turn comes the send may
+        be dropped (the run ended: the final write says it all); from then on it is
+        not, so no call is cut off halfway."""
         with priority(level):
-            if self.budget is None:
-                yield
+            if self.budget is not None:
+                async with self.budget.slot(method, self.channel, level, within=patience_s):
+                    self._in_call = True
+                    yield
                 return
-            async with contextlib.AsyncExitStack() as stack:
-                async with asyncio.timeout(patience_s):
-                    await stack.enter_async_context(self.budget.slot(method, self.channel, level))
-                yield
+            self._in_call = True
+            yield
 
 
 def _markdown(text: str) -> MarkdownTextChunk:

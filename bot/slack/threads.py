@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import time
@@ -47,6 +48,7 @@ from bot.slack.blocks import (
 from bot.slack.directory import SlackDirectory
 from bot.slack.files import FileReader
 from bot.slack.progress import ProgressMessage
+from bot.slack.rate_budget import NoRoom, Priority, RateBudget
 from bot.slack.streaming import AnswerStream
 from bot.slack.text import (
     AnswerMessage,
@@ -68,6 +70,8 @@ logger = logging.getLogger(__name__)
 # joins, bot messages) starts nothing.
 PERSON_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 STATUS_REFRESH_S = 90.0  # assistant thread status expires after two minutes
+# How long a thread status may wait for Slack's budget before it is skipped.
+STATUS_PATIENCE_S = 1.0
 MAX_CONTEXT_MESSAGES = 50
 MAX_CONTEXT_CHARS = 2_000
 MAX_REPLY_PAGES = 10
@@ -662,19 +666,34 @@ class SlackThreads:
         before it expires; where Slack refuses it, the progress message suffices."""
         try:
             while True:
-                await self.client.assistant_threads_setStatus(
-                    channel_id=run.channel, thread_ts=run.thread_ts, status="is working…"
-                )
+                await self._set_status(run, "is working…")
                 await asyncio.sleep(STATUS_REFRESH_S)
         except SlackApiError:
             return  # not an assistant thread, or the feature is off: the message path suffices
         finally:
             with contextlib.suppress(SlackApiError, asyncio.CancelledError):
-                await asyncio.shield(
-                    self.client.assistant_threads_setStatus(
-                        channel_id=run.channel, thread_ts=run.thread_ts, status=""
-                    )
-                )
+                await asyncio.shield(self._set_status(run, ""))
+
+    async def _set_status(self, run: ActiveRun, status: str) -> None:
+        """Set the thread's status if Slack's budget has room for it soon; a nicety, it
+        never makes an answer or an approval wait (skipped when there is no room)."""
+        budget: RateBudget | None = getattr(self.client, "budget", None)
+        call = functools.partial(
+            self.client.assistant_threads_setStatus,
+            channel_id=run.channel,
+            thread_ts=run.thread_ts,
+            status=status,
+        )
+        if budget is None:
+            await call()
+            return
+        try:
+            async with budget.slot(
+                "assistant.threads.setStatus", None, Priority.URGENT, within=STATUS_PATIENCE_S
+            ):
+                await call()
+        except NoRoom:
+            logger.debug("no room in Slack's budget for the thread status; skipped")
 
     async def _thread_context(self, run: ActiveRun, ts: str) -> str | None:
         """On a thread's first turn, what was said in it before Baton was asked."""

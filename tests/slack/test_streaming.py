@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bot.slack.blocks import FEEDBACK_ACTION
+from bot.slack.rate_budget import METHOD_LIMITS, Limit, RateBudget
 from bot.slack.streaming import STREAM_TEXT_LIMIT
 from tests.fakes.openai_api import ErrorReply, Reply, ToolCallSpec
 from tests.slack.harness import ALICE, TEAM, SlackHarness, start_harness, until
@@ -210,3 +211,19 @@ async def test_a_dm_streams_without_recipient_trouble(tmp_path: Path, channel: s
         (stream_ts,) = streams(harness, channel)
         message = harness.slack.get_message(channel, stream_ts)
         assert message is not None and message.get("text") == "Hello in a DM."
+
+
+async def test_appends_that_wait_on_the_budget_never_hold_the_answer_back(
+    tmp_path: Path,
+) -> None:
+    # No room for appends at all: the answer must still end whole, once, at once.
+    starved = RateBudget(limits={**METHOD_LIMITS, "chat.appendStream": Limit(0.001, 1)})
+    async for harness in start_harness(tmp_path, rate_budget=starved):
+        harness.llm.script(Reply(text=ANSWER, chunk_delay=0.002))
+        ts = await harness.mention("tell me everything")
+        await harness.settle()
+        (stream_ts,) = streams(harness)
+        assert harness.slack.stream_state("C1", stream_ts) == "stopped"
+        assert shown(harness, stream_ts) == ANSWER
+        assert visible(harness, ts).count("word399") == 1
+        assert len(harness.slack.calls_to("chat.appendStream")) <= 1
