@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -33,7 +32,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.answers import patiently, post_messages
 from bot.slack.rate_budget import Priority, RateBudget, priority
-from bot.slack.text import MARKDOWN_BLOCKS_LIMIT, AnswerMessage, plan_answer
+from bot.slack.text import MARKDOWN_BLOCKS_LIMIT, AnswerMessage, defuse_pings, plan_answer
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +52,6 @@ TASK_TEXT_LIMIT = 256
 MAX_TASKS = 50
 OVERFLOW_TASK_ID = "baton-more-steps"
 PARAGRAPH = "\n\n"
-# Slack reads `<!channel>`, `<!here>`, `<!subteam^…>`, `<@U…>` in a message's text as
-# pings. The streamed Markdown becomes the message's text, so a zero-width space keeps
-# each `<` that could open one (or that ends a chunk: the rest may come in the next)
-# from being read so, and the message looks the same.
-_PING = re.compile(r"<(?=[!@](?:[A-Za-z^]|$)|$)")
-ZERO_WIDTH_SPACE = "\u200b"
 
 TaskStatus = Literal["pending", "in_progress", "complete", "error"]
 Mode = Literal["idle", "streaming", "updating", "closed"]
@@ -481,11 +474,6 @@ class AnswerStream:
 def _markdown(text: str) -> MarkdownTextChunk:
     """Streamed answer text as a chunk, with nothing in it Slack would read as a ping."""
     return MarkdownTextChunk(text=defuse_pings(text))
-
-
-def defuse_pings(text: str) -> str:
-    """`text` with a zero-width space after every `<` that could start a Slack ping."""
-    return _PING.sub("<" + ZERO_WIDTH_SPACE, text)
 
 
 def _task_text(text: str) -> str:

@@ -26,6 +26,14 @@ MODAL_TITLE_LIMIT = 24
 MODAL_BUTTON_LIMIT = 24  # submit and close
 PRIVATE_METADATA_LIMIT = 3_000
 
+# Slack reads `<!channel>`, `<!here>`, `<!subteam^…>`, `<@U…>` in a message's text as
+# pings. The streamed Markdown becomes the message's text, so a zero-width space keeps
+# each `<` that could open one (or that ends a chunk: the rest may come in the next)
+# from being read so, and the message looks the same.
+_PING = re.compile(r"<(?=[!@](?:[A-Za-z^]|$)|$)")
+
+ZERO_WIDTH_SPACE = "\u200b"
+
 # An answer that needs a file shows this much of its beginning in the thread.
 ANSWER_PREVIEW_CHARS = 3_000
 NO_ANSWER_TEXT = "(no answer text)"
@@ -288,10 +296,18 @@ def fit_text(text: str, limit: int = MESSAGE_TEXT_LIMIT) -> str:
     return head + note
 
 
+def defuse_pings(text: str) -> str:
+    """`text` with a zero-width space after every `<` that could start a Slack ping
+    (`<!channel>`, `<!here>`, `<!subteam^…>`, `<@U…>`), or that ends the text (the
+    next piece of a stream could complete it). It reads the same; nobody is pinged
+    by what a model wrote."""
+    return _PING.sub("<" + ZERO_WIDTH_SPACE, text)
+
+
 def _markdown_message(markdown: str, *, marker: str = "") -> AnswerMessage:
     return AnswerMessage(
         text=fit_text(marker + mrkdwn_fallback(markdown)),
-        blocks=[{"type": "markdown", "text": markdown}],
+        blocks=[{"type": "markdown", "text": defuse_pings(markdown)}],
     )
 
 
@@ -334,7 +350,7 @@ def plan_answer(markdown: str, *, max_messages: int = 3) -> AnswerPlan:
     )
     message = AnswerMessage(
         text=fit_text(f"{mrkdwn_fallback(preview)}\n\n{note}"),
-        blocks=[{"type": "markdown", "text": f"{preview}\n\n{note}"}],
+        blocks=[{"type": "markdown", "text": defuse_pings(f"{preview}\n\n{note}")}],
     )
     return AnswerPlan(
         messages=[message],

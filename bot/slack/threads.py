@@ -57,7 +57,7 @@ from bot.slack.text import (
     mention_free,
     parse_direct_agent,
 )
-from bot.slack.timeline import show_child_step, show_step
+from bot.slack.timeline import redacted_event, show_child_step, show_step
 from bot.store import SessionKey
 from bot.store.runs import RunStore
 from bot.store.tasks import TaskDetail, TaskRecord
@@ -627,7 +627,7 @@ class SlackThreads:
         if progress.status != WORKING:
             progress.set_status(WORKING)  # the model answers again
         if isinstance(event, ToolStart | ToolResult | ErrorEvent | ApprovalRequired):
-            if line := describe_event(event):
+            if line := describe_event(redacted_event(event, self.redact)):
                 progress.add(self.redact(line))
         show_step(stream, event, redact=self.redact)
 
@@ -642,7 +642,7 @@ class SlackThreads:
             return  # background work reports when it finishes
         if isinstance(update.event, Done):
             usage[update.task_id] = (update.agent, update.event.usage.total_tokens)
-        if line := describe_event(update.event):
+        if line := describe_event(redacted_event(update.event, self.redact)):
             progress.add(self.redact(f"[{update.agent}] {line}"))
         show_child_step(stream, update, redact=self.redact)
 
@@ -657,7 +657,7 @@ class SlackThreads:
             return
         if isinstance(event, ModelWaiting) and event.discard_text:
             stream.discard()
-        if line := describe_event(event):
+        if line := describe_event(redacted_event(event, self.redact)):
             progress.add(self.redact(f"[{update.agent}] {line}"))
         show_step(stream, event, redact=self.redact)
 

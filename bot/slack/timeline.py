@@ -25,7 +25,7 @@ Redact = Callable[[str], str]
 def show_step(stream: AnswerStream, event: RunEvent, *, redact: Redact) -> None:
     """A tool call of the run (or of an `@agent` run) as a task of the timeline."""
     if isinstance(event, ToolStart):
-        line = describe_event(_redacted(event, redact)) or event.name
+        line = describe_event(redacted_event(event, redact)) or event.name
         stream.step(event.call_id, title=redact(line.lstrip("▸ ")), status="in_progress")
     elif isinstance(event, ApprovalRequired):
         stream.step(event.call_id, status="pending", details="waiting for a person's decision")
@@ -53,11 +53,11 @@ def show_child_step(stream: AnswerStream, update: SubAgentEvent, *, redact: Reda
     elif isinstance(event, ToolStart | ApprovalRequired) or (
         isinstance(event, ToolResult) and event.is_error
     ):
-        line = describe_event(_redacted(event, redact)) or ""
+        line = describe_event(redacted_event(event, redact)) or ""
         stream.step(update.task_id, title=title, status="in_progress", details=redact(line.strip()))
 
 
-def _redacted(event: RunEvent, redact: Redact) -> RunEvent:
+def redacted_event(event: RunEvent, redact: Redact) -> RunEvent:
     """The event with its arguments and output redacted whole, before `describe_event`
     shortens them: a credential cut in half by the shortening is no longer the secret
     the redaction looks for, and its first half would show."""

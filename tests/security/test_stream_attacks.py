@@ -18,10 +18,11 @@ from bot.engine import ToolResult, ToolStart
 from bot.redaction import Redactor
 from bot.slack.files import FileReader, render
 from bot.slack.rate_budget import Priority, RateBudget
-from bot.slack.streaming import MAX_TASKS, STREAM_TEXT_LIMIT, ZERO_WIDTH_SPACE, AnswerStream
+from bot.slack.streaming import MAX_TASKS, STREAM_TEXT_LIMIT, AnswerStream
+from bot.slack.text import ZERO_WIDTH_SPACE, plan_answer
 from bot.slack.timeline import show_step
 from bot.store.rate import KEY_LIMIT, MemoryRateStore, Reservation, row_key
-from tests.fakes.openai_api import Reply
+from tests.fakes.openai_api import Reply, ToolCallSpec
 from tests.slack.harness import ALICE, TEAM, SlackHarness, start_harness
 from tests.slack.test_files import mention_with_files, prompt_of
 
@@ -218,3 +219,27 @@ def test_the_memory_store_forgets_old_keys() -> None:
         store.reserve_now(f"channel:C{n}", 1.0, math.inf)
         now[0] += 0.01
     assert len(store.tats) < 20_000
+
+
+async def test_the_progress_message_never_shows_half_a_secret(tmp_path: Path) -> None:
+    """A key cut in half by the shortening of a progress line is still redacted."""
+    key = "Plain-Provider-Key-Value-0123456789"  # no known prefix: only the exact value
+    async for harness in start_harness(tmp_path, openai_api_key=key):
+        arguments = {"path": "x" * 104 + " " + key}
+        harness.llm.script(
+            Reply(tool_calls=[ToolCallSpec("read_file", arguments, id="leak")]),
+            Reply(text="done"),
+        )
+        ts = await harness.mention("run it")
+        await harness.settle()
+        updates = " ".join(str(c.params) for c in harness.slack.calls_to("chat.update"))
+        thread = json.dumps(harness.thread("C1", ts))
+        assert key[:8] not in updates and key[:8] not in thread
+        assert "read_file" in updates  # the step itself is shown
+
+
+def test_a_markdown_answer_block_never_pings() -> None:
+    plan = plan_answer("Heads up <!channel> and <!subteam^S1>, ask <@U123>.")
+    block = plan.messages[0].blocks[0]["text"]
+    assert "<!channel>" not in block and "<!subteam" not in block and "<@U123>" not in block
+    assert "channel" in block and "U123" in block
