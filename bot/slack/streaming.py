@@ -31,7 +31,7 @@ from slack_sdk.models.messages.chunk import Chunk, MarkdownTextChunk, TaskUpdate
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack.answers import patiently, post_messages
-from bot.slack.rate_budget import Priority, RateBudget, priority
+from bot.slack.rate_budget import NoRoom, Priority, RateBudget, priority
 from bot.slack.text import MARKDOWN_BLOCKS_LIMIT, AnswerMessage, defuse_pings, plan_answer
 
 logger = logging.getLogger(__name__)
@@ -93,6 +93,9 @@ class AnswerStream:
         self.shown = ""  # the Markdown source of what the Slack message shows
         self.ts: str | None = None
         self.mode: Mode = "idle"
+        # Whether a plain message standing in for the stream is updated as the model
+        # writes (False when Slack's budget is short: then it is posted when done).
+        self.live = True
         self.appends = 0
         self._call_start = 0  # where the text of the current model call begins
         self._gap = False  # a step came since the last text: the next text is a new paragraph
@@ -298,7 +301,7 @@ class AnswerStream:
             await self._start()
         elif self.mode == "streaming":
             await self._append()
-        elif self.mode == "updating" and self.text.strip():
+        elif self.mode == "updating" and self.live and self.text.strip():
             await self._update(self.text)
 
     async def _start(self) -> None:
@@ -321,9 +324,15 @@ class AnswerStream:
                     task_display_mode="timeline",
                     chunks=chunks,
                 )
-        except (SlackApiError, TimeoutError) as exc:
-            reason = _error(exc) if isinstance(exc, SlackApiError) else "no room in the budget"
-            logger.info("no stream for this answer (%s): a message updated in place", reason)
+        except NoRoom:
+            # Slack's limits are busy: live updates would only add to it. The answer
+            # is posted whole when it is done, in as few calls as it takes.
+            logger.info("no room for a stream in Slack's budget: the answer comes whole")
+            self.mode = "updating"
+            self.live = False
+            return
+        except SlackApiError as exc:
+            logger.info("no stream for this answer (%s): a message updated in place", _error(exc))
             self.mode = "updating"
             if self.text.strip():
                 await self._update(self.text)

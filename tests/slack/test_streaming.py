@@ -227,3 +227,22 @@ async def test_appends_that_wait_on_the_budget_never_hold_the_answer_back(
         assert shown(harness, stream_ts) == ANSWER
         assert visible(harness, ts).count("word399") == 1
         assert len(harness.slack.calls_to("chat.appendStream")) <= 1
+
+
+async def test_when_slack_is_busy_the_answer_comes_whole_in_one_message(tmp_path: Path) -> None:
+    # No stream can start (its Tier 2 budget is spent): no live updates either, which
+    # would only add to a busy Slack; the answer is posted once it is done.
+    busy = RateBudget(limits={**METHOD_LIMITS, "chat.startStream": Limit(0.001, 1)})
+    await busy.acquire("chat.startStream", None)
+    async for harness in start_harness(tmp_path, rate_budget=busy):
+        harness.llm.script(Reply(text=ANSWER, chunk_delay=0.002))
+        ts = await harness.mention("tell me everything")
+        await harness.settle()
+        assert not streams(harness)
+        answers = [
+            c for c in harness.slack.calls_to("chat.postMessage") if "word0" in str(c.params)
+        ]
+        assert len(answers) == 1
+        assert not any("word0" in str(c.params) for c in harness.slack.calls_to("chat.update"))
+        assert visible(harness, ts).count("word399") == 1
+        assert FEEDBACK_ACTION in visible(harness, ts)
