@@ -21,6 +21,9 @@ from bot.slack.rate_budget import RateBudget
 from tests.fakes.openai_api import Reply
 from tests.slack.harness import SlackHarness, start_harness
 
+# At Slack's real pace the runs take a while to be answered: wait this long at most.
+SETTLE_S = 600.0
+
 
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
@@ -47,12 +50,12 @@ async def measure(mentions: int, latency: float) -> None:
                 harness.slack.add_user(person(n), f"person{n}")
             # Warm up Bolt's auth.test and the database before timing anything.
             await harness.mention("warm-up")
-            await harness.settle()
+            await harness.settle(within=SETTLE_S)
             harness.slack.clear_calls()
 
             began = time.perf_counter()
             acks = await asyncio.gather(*(timed_mention(harness, n) for n in range(mentions)))
-            await harness.settle()
+            await harness.settle(within=SETTLE_S)
             finished = time.perf_counter() - began
             calls = Counter(c.method for c in harness.slack.calls)
     ms = [a * 1000 for a in acks]

@@ -21,6 +21,9 @@ from bot.slack.rate_budget import RateBudget
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.slack.harness import start_harness
 
+# At Slack's real pace the runs take a while to be answered: wait this long at most.
+SETTLE_S = 600.0
+
 
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
@@ -46,13 +49,13 @@ async def measure(mentions: int, runs: int, latency: float) -> None:
                 harness.slack.add_user(f"UPERSON{n}", f"person{n}")
             harness.llm.responder = lambda request: Reply(text="warm")
             await harness.mention("warm-up")
-            await harness.settle()
+            await harness.settle(within=SETTLE_S)
             harness.llm.responder = respond
             began = time.perf_counter()
             await asyncio.gather(
                 *(harness.mention(f"job {n}", user=f"UPERSON{n}") for n in range(mentions))
             )
-            await harness.settle()
+            await harness.settle(within=SETTLE_S)
             finished = time.perf_counter() - began
             queued = sum("Queued" in str(c.params) for c in harness.slack.calls_to("chat.update"))
     # Each model call after the first wave began when an earlier one ended: the gap is

@@ -18,6 +18,7 @@ from collections import Counter, deque
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.slack.answers import patiently, retry_after
 from bot.slack.blocks import progress_blocks, progress_text
@@ -72,25 +73,32 @@ class ProgressMessage:
 
     async def start(self) -> None:
         """Post the message; if Slack will not take it, the run goes on without one."""
+        posted: tuple[tuple[str, ...], str] = ((), "")
+
+        async def post() -> AsyncSlackResponse:
+            nonlocal posted
+            lines = list(self.lines)
+            posted = (tuple(lines), self.status)
+            return await self.client.chat_postMessage(
+                channel=self.channel,
+                thread_ts=self.thread_ts,
+                text=progress_text(lines, self.status),
+                blocks=progress_blocks(lines, run_id=self.run_id, running=True, status=self.status),
+            )
+
         try:
             with priority(Priority.URGENT):
-                response = await patiently(
-                    lambda: self.client.chat_postMessage(
-                        channel=self.channel,
-                        thread_ts=self.thread_ts,
-                        text=progress_text(list(self.lines), self.status),
-                        blocks=progress_blocks(
-                            list(self.lines), run_id=self.run_id, running=True, status=self.status
-                        ),
-                    ),
-                    patience_s=START_PATIENCE_S,
-                )
+                response = await patiently(post, patience_s=START_PATIENCE_S)
         except SlackApiError as exc:
             logger.warning("no progress message for this run: %s", exc.response.get("error"))
             return
         self.ts = response["ts"]
         self._last_write = time.monotonic()
         self._writer = asyncio.create_task(self._write_loop(), name=f"progress-{self.run_id}")
+        if posted != (tuple(self.lines), self.status):
+            # The run went on while the post waited for Slack (the run does not wait
+            # for it): show where it is now.
+            self._changed()
 
     def add(self, line: str) -> None:
         self.lines.append(line)

@@ -421,10 +421,16 @@ class SlackThreads:
         started = time.monotonic()
         status_task: asyncio.Task[Any] | None = None
         final = "✗ Stopped"
-        try:
+
+        async def show_progress() -> None:
             await progress.start()
             if progress.ts is not None:
                 await self.run_store.set_progress(run.run_id, progress.ts)
+
+        # The work does not wait for the progress message: in a busy channel Slack takes
+        # about a message a second, and the model can be thinking meanwhile.
+        posting = self.spawn(show_progress(), f"progress-{run.run_id}")
+        try:
             queued = False
 
             async def show_queued(place: QueuePosition) -> None:
@@ -482,6 +488,7 @@ class SlackThreads:
             if stream.mode != "closed":
                 # Ended without its answer (cancelled, failed): keep what was written.
                 await asyncio.shield(stream.abandon())
+            await asyncio.shield(asyncio.wait([posting]))  # the final state needs the message
             await asyncio.shield(progress.finish(final))
             metrics.record_run(run_outcome(final))
 

@@ -186,11 +186,12 @@ class SlackHarness:
     def main_requests(self) -> list[Any]:
         return [r for r in self.llm.requests if str(r.messages[0]["content"]).startswith(MAIN_MARK)]
 
-    async def settle(self) -> None:
-        """Wait until every run, task and notification in flight has finished."""
-        await until(lambda: not any(not t.done() for t in self.surface.threads._tasks))
+    async def settle(self, within: float = 10.0) -> None:
+        """Wait until every run, task and notification in flight has finished (benchmarks
+        at Slack's real pace give it longer than tests)."""
+        await until(lambda: not any(not t.done() for t in self.surface.threads._tasks), within)
         await self.baton.tracker.wait_for_children()
-        await until(lambda: not any(not t.done() for t in self.surface.threads._tasks))
+        await until(lambda: not any(not t.done() for t in self.surface.threads._tasks), within)
 
 
 async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
