@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.queue
 	$(BIN)/python -m bench.context
 	$(BIN)/python -m bench.slack_budget
+	$(BIN)/python -m bench.streaming
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
