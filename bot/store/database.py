@@ -1,19 +1,40 @@
-"""The async database: engine, sessions, schema; SQLite by default, PostgreSQL at scale."""
+"""The async database: engine, sessions, schema; SQLite by default, PostgreSQL at scale.
+
+The schema is Alembic's (bot/store/migrations): `create_schema` migrates the database
+to the newest revision at start-up, under a lock so that any number of replicas may
+start together on one database.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import fcntl
+import os
+from collections.abc import AsyncIterator
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
-from sqlmodel import SQLModel
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.errors import ConfigError
 from bot.redaction import redact, url_password
-from bot.store import models  # noqa: F401  (registers the tables on SQLModel.metadata)
+from bot.store import (
+    migrations,
+    models,  # noqa: F401  (registers the tables on SQLModel.metadata)
+)
+
+# pg_advisory_lock's key for "migrating Baton's schema" ("baton" in ASCII); one per database.
+MIGRATION_LOCK = 0x6261746F6E
+_LOCK_POLL_S = 0.05
 
 _ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
 
@@ -56,11 +77,78 @@ class Database:
         self.sessions = async_sessionmaker(self.engine, class_=AsyncSession, expire_on_commit=False)
 
     async def create_schema(self) -> None:
-        async with self.engine.begin() as connection:
-            await connection.run_sync(SQLModel.metadata.create_all)
+        """Migrate the schema to the newest revision (every table, on an empty database).
+
+        One replica migrates at a time; the others wait, then find nothing to do.
+
+        Raises:
+            ConfigError: the database is at a revision this Baton does not know.
+        """
+        if self.engine.dialect.name == "postgresql":
+            async with self.engine.connect() as connection, _pg_advisory_lock(connection):
+                await self._migrate(connection)
+            return
+        async with _file_lock(self.engine.url.database):
+            async with self.engine.connect() as connection:
+                # Foreign keys off while migrating: SQLite's batch ALTERs copy tables.
+                await connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+                try:
+                    await self._migrate(connection)
+                finally:
+                    await connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+
+    async def _migrate(self, connection: AsyncConnection) -> None:
+        try:
+            await connection.run_sync(migrations.upgrade)
+            await connection.commit()
+        except BaseException:
+            await connection.rollback()
+            raise
 
     async def close(self) -> None:
         await self.engine.dispose()
+
+
+@contextlib.asynccontextmanager
+async def _pg_advisory_lock(connection: AsyncConnection) -> AsyncIterator[None]:
+    """Hold PostgreSQL's session lock MIGRATION_LOCK on `connection` meanwhile."""
+    await connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+    await connection.commit()
+    try:
+        yield
+    finally:
+        try:
+            await connection.execute(
+                text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK}
+            )
+            await connection.commit()
+        except Exception:
+            # The connection is broken (the lock went with it) or cannot run the
+            # unlock; it must not go back to the pool still holding the lock.
+            await connection.invalidate()
+
+
+@contextlib.asynccontextmanager
+async def _file_lock(database: str | None) -> AsyncIterator[None]:
+    """Hold an exclusive flock on `<database file>.migrate.lock`; none for in-memory SQLite."""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        yield
+        return
+    descriptor = _open_lock_file(database)
+    try:
+        while True:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await asyncio.sleep(_LOCK_POLL_S)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
+
+
+def _open_lock_file(database: str) -> int:
+    return os.open(f"{os.path.expanduser(database)}.migrate.lock", os.O_RDWR | os.O_CREAT, 0o600)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
