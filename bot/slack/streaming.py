@@ -96,7 +96,6 @@ class AnswerStream:
         # Whether a plain message standing in for the stream is updated as the model
         # writes (False when Slack's budget is short: then it is posted when done).
         self.live = True
-        self.appends = 0
         self._call_start = 0  # where the text of the current model call begins
         self._gap = False  # a step came since the last text: the next text is a new paragraph
         self._tasks: dict[str, dict[str, str]] = {}  # every task shown, by id
@@ -341,7 +340,6 @@ class AnswerStream:
         self.shown = text
         self._sent = len(defuse_pings(text))
         self.mode = "streaming"
-        self.appends += 1
 
     async def _append(self) -> None:
         if not self.text.startswith(self.shown):
@@ -375,7 +373,6 @@ class AnswerStream:
             return
         self.shown += new
         self._sent += len(defuse_pings(new))
-        self.appends += 1
 
     def _unsent(self) -> str:
         """The answer's text not yet in the stream (within what one message holds)."""
