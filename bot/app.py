@@ -164,7 +164,7 @@ def build_agent_registry(settings: Settings, workspace: Path | None = None) -> A
 
 
 async def build_baton(settings: Settings) -> Baton:
-    """Build and start Baton's parts; the database schema is created if missing."""
+    """Build and start Baton's parts; the database schema is migrated to the newest revision."""
     model = settings.model
     if not model:
         raise ConfigError(

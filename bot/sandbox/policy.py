@@ -37,10 +37,13 @@ def sqlite_companions(database: Path) -> tuple[Path, ...]:
     """A SQLite file and the files SQLite may open beside it.
 
     A journal or WAL planted beside the database is replayed into it the next time
-    Baton opens it, so all of them are masked, not only the ones that exist now.
+    Baton opens it, so all of them are masked, not only the ones that exist now; and
+    the lock the schema migrations take at start-up, which an agent holding would
+    stall the next start.
     """
     return tuple(
-        database.with_name(database.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")
+        database.with_name(database.name + suffix)
+        for suffix in ("", "-wal", "-shm", "-journal", ".migrate.lock")
     )
 
 

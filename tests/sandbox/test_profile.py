@@ -91,6 +91,8 @@ def test_existing_protected_paths_are_read_only_and_pinned(tmp_path: Path) -> No
         if value == "--ro-bind" and arguments[i + 1] == str(tmp_path / "empty")
     }
     assert set(sqlite_companions(root / "baton.db")) <= masked
+    # The migrations' start-up lock too: an agent holding it would stall the next start.
+    assert root / "baton.db.migrate.lock" in masked
     git_placeholders = {
         root / ".git" / name for name in ("config.worktree", "modules", "worktrees")
     }
