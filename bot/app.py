@@ -21,7 +21,7 @@ from bot.sandbox import Sandbox, sqlite_companions
 from bot.sessions import Conversations
 from bot.sites import SharedParts, Site, agent_roots, build_site, site_directories
 from bot.store import Database, EventLedger, SessionStore
-from bot.store.instances import HEARTBEAT_EVERY_S, Instances
+from bot.store.instances import HEARTBEAT_EVERY_S, STALE_AFTER_S, Instances
 from bot.store.tasks import TaskStore
 from bot.store.usage import UsageStore
 from bot.subagents import BUILTIN_AGENTS, AgentRegistry, SubAgentRunner, TaskTracker
@@ -132,10 +132,14 @@ class Baton:
             self.heartbeat = asyncio.create_task(self._beat(), name="heartbeat")
 
     async def _beat(self) -> None:
+        # A beat that finds this process was declared dead while it stalled registers
+        # it again and tells `instances.on_lost` (see bot/store/instances.py).
         while True:
             await asyncio.sleep(HEARTBEAT_EVERY_S)
             try:
-                await self.instances.beat()
+                # A beat stuck on a dead connection must not hold up the next ones.
+                async with asyncio.timeout(STALE_AFTER_S):
+                    await self.instances.beat()
             except Exception:
                 logger.exception("heartbeat failed")
 
