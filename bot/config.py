@@ -46,6 +46,9 @@ def _shipped_agents_dir() -> Path:
 DEFAULT_AGENTS_DIR = _shipped_agents_dir()
 DEFAULT_CONFIG_NAME = "baton.yaml"
 DATABASE_FILE_NAME = "baton.db"
+# On SIGTERM, how long runs and background tasks may finish: within the 30 s most
+# platforms allow before SIGKILL, with room to mark what is left as interrupted.
+DEFAULT_SHUTDOWN_GRACE_S = 25.0
 
 # Where the database URL came from: the operator (DATABASE_URL), the state
 # directory (the default), or a baton.db left in the start directory by an
@@ -176,6 +179,8 @@ class FileConfig(BaseModel):
     max_turns: PositiveInt = 50
     max_background_tasks: PositiveInt = 16
     approval_timeout_s: float = Field(default=600, gt=0)
+    # On SIGTERM, how long runs and background tasks may go on finishing.
+    shutdown_grace_s: float = Field(default=DEFAULT_SHUTDOWN_GRACE_S, gt=0)
     approvers: tuple[str, ...] = ()
     agent_dirs: tuple[Path, ...] | None = None
     permissions: PermissionsConfig = PermissionsConfig()
@@ -217,6 +222,9 @@ class EnvironmentSettings(BaseSettings):
     xdg_state_home: str | None = Field(default=None, validation_alias="XDG_STATE_HOME")
     baton_workspace: Path | None = Field(default=None, validation_alias="BATON_WORKSPACE")
     baton_config: Path | None = Field(default=None, validation_alias="BATON_CONFIG")
+    baton_shutdown_grace_s: float | None = Field(
+        default=None, gt=0, validation_alias="BATON_SHUTDOWN_GRACE_S"
+    )
 
 
 class Settings(BaseModel):
@@ -252,6 +260,7 @@ class Settings(BaseModel):
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     context_window: int = 128_000
     model_calls: ModelCallsConfig = ModelCallsConfig()
+    shutdown_grace_s: float = Field(default=DEFAULT_SHUTDOWN_GRACE_S, gt=0)
 
     @field_validator("slack_api_url")
     @classmethod
@@ -346,6 +355,7 @@ def load_settings(cwd: Path | None = None) -> Settings:
         prices=file_config.prices,
         context_window=file_config.context_window,
         model_calls=file_config.model_calls,
+        shutdown_grace_s=env.baton_shutdown_grace_s or file_config.shutdown_grace_s,
     )
 
 

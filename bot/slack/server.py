@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import time
@@ -16,6 +17,7 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_sdk.errors import SlackApiError
+from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
@@ -30,7 +32,8 @@ from bot.slack.surface import SlackSurface
 logger = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
-SHUTDOWN_GRACE_S = 30.0
+# While draining, what a 503 for an event asks of Slack: send it again (elsewhere) soon.
+DRAINING_RETRY_AFTER_S = 1
 # How long one auth.test answer stands for Slack's side of /healthz.
 SLACK_CHECK_TTL_S = 10.0
 # A check that hangs answers as a failure, well within a prober's usual timeout.
@@ -145,11 +148,35 @@ class HttpServer:
         self._runner: web.AppRunner | None = None
 
     async def handle_events(self, request: web.Request) -> web.StreamResponse:
-        # Dispatched even while shutting down: new messages are ignored there, but a
-        # click that approves or cancels a run still finishing must get through.
+        # While shutting down, an event (which could start a run) is answered 503, so
+        # Slack delivers it again, to a replica that takes work; clicks and commands are
+        # still dispatched: a click approves or cancels a run that is finishing here.
+        if not self.surface.threads.accepting and await self._is_signed_event(request):
+            return web.json_response(
+                {"ok": False, "error": "shutting_down"},
+                status=503,
+                headers={"Retry-After": str(DRAINING_RETRY_AFTER_S)},
+            )
         bolt_request = await to_bolt_request(request)
         bolt_response = await self.surface.app.async_dispatch(bolt_request)
         return await to_aiohttp_response(bolt_response)
+
+    async def _is_signed_event(self, request: web.Request) -> bool:
+        """Whether `request` is an Events API delivery signed by Slack (anything else goes
+        to Bolt, which refuses unsigned requests as it always does)."""
+        if request.content_type != "application/json":
+            return False  # commands and interactivity are form-encoded
+        body = await request.text()  # aiohttp keeps it: Bolt reads it again
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return False
+        if not isinstance(payload, dict) or payload.get("type") != "event_callback":
+            return False  # url_verification and the like are answered as usual
+        secret = self.surface.baton.settings.slack_signing_secret
+        return bool(secret) and SignatureVerifier(secret).is_valid_request(
+            body, dict(request.headers)
+        )
 
     async def handle_health(self, request: web.Request) -> web.Response:
         report = await self.health.report()
@@ -216,17 +243,36 @@ async def serve(settings: Settings) -> None:
                 "Baton listens on port %s (POST %s, GET /healthz, GET /metrics)", port, EVENTS_PATH
             )
         await stop.wait()
-        logger.info("stopping: no new work; waiting up to %.0f s for runs", SHUTDOWN_GRACE_S)
+        logger.info(
+            "stopping: no new work; waiting up to %.0f s for runs and tasks",
+            settings.shutdown_grace_s,
+        )
     finally:
-        surface.threads.accepting = False
-        # Connections stay open through the grace period, for the clicks of runs
-        # that are finishing; they close after.
-        await surface.stop(SHUTDOWN_GRACE_S)
-        if socket_handler is not None:
-            await socket_handler.close_async()
-        if http is not None:
-            await http.stop()
+        await _shut_down(surface, settings, socket_handler, http)
         await baton.close()
+
+
+async def _shut_down(
+    surface: SlackSurface,
+    settings: Settings,
+    socket_handler: AsyncSocketModeHandler | None,
+    http: HttpServer | None,
+) -> None:
+    """Stop taking work, let what runs finish for the grace period, end the rest as
+    interrupted by a restart, then close the connections."""
+    if socket_handler is not None:
+        # Disconnected first: Slack sends new events, and clicks, to the other
+        # connections (approvals and cancels reach this process through the database).
+        try:
+            await socket_handler.close_async()
+        except Exception:
+            logger.exception("could not close the Socket Mode connection")
+    surface.threads.accepting = False  # HTTP events now get 503, and /healthz says so
+    # The HTTP port stays open through the grace period, for the clicks of runs
+    # that are finishing; it closes after.
+    await surface.stop(settings.shutdown_grace_s)
+    if http is not None:
+        await http.stop()
 
 
 async def _identify(surface: SlackSurface, settings: Settings) -> None:

@@ -260,9 +260,17 @@ class SlackSurface:
                 logger.exception("maintenance failed")
 
     async def stop(self, grace_s: float) -> None:
+        """Shut down gracefully: take no new work; let runs and background tasks finish for
+        `grace_s` seconds; end what still runs then as interrupted by a restart."""
+        self.threads.accepting = False
         if self._maintenance is not None:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)
-        await self.threads.drain(grace_s)
+        tracker = self.baton.tracker
+        await asyncio.gather(self.threads.drain(grace_s), tracker.settle(grace_s))
+        # The tasks first: a run's foreground children, stopped with it, would otherwise
+        # end as "cancelled with the run".
+        await tracker.interrupt()
+        await self.threads.interrupt()
         await self.threads.stop_watching()
-        await self.baton.tracker.shutdown()
+        await tracker.shutdown()

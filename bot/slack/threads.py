@@ -76,6 +76,10 @@ MAX_CONTEXT_MESSAGES = 50
 MAX_CONTEXT_CHARS = 2_000
 MAX_REPLY_PAGES = 10
 CANCEL_WATCH_S = 1.0
+# A run that shutdown stopped, here or in a process that is gone.
+INTERRUPTED = "✗ Interrupted by a restart; ask again"
+# After the grace period, how long stopped runs may take for their last Slack calls.
+INTERRUPT_WAIT_S = 5.0
 STOP_MARKS = {
     "completed": "✓ Done",
     "max_turns": "✗ Stopped at the turn limit",
@@ -180,14 +184,36 @@ class SlackThreads:
             self.bot_id = response.get("bot_id")
 
     async def drain(self, grace_s: float) -> None:
-        """Stop taking work, let runs finish for `grace_s` seconds, then cancel the rest."""
+        """Stop taking work and let what is going on (and what it starts, such as the
+        notes a finished run posts) finish, for up to `grace_s` seconds."""
         self.accepting = False
-        pending = [t for t in self._tasks if not t.done()]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while (pending := [t for t in self._tasks if not t.done()]) and (
+            remaining := deadline - loop.time()
+        ) > 0:
+            await asyncio.wait(pending, timeout=remaining)
+
+    async def interrupt(self) -> None:
+        """Stop what still goes on after the grace period. Runs end as "Interrupted by a
+        restart" (never "Cancelled": nobody cancelled them), their progress and metric
+        say so; the wait for their last Slack calls is bounded."""
+        self.accepting = False
+        still = [t for t in self._tasks if not t.done()]
+        if not still:
+            return
+        if self.runs:
+            logger.warning("interrupting %d run(s) still going after the grace", len(self.runs))
+        for task in still:
+            task.cancel()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + INTERRUPT_WAIT_S
+        while (pending := [t for t in self._tasks if not t.done()]) and (
+            remaining := deadline - loop.time()
+        ) > 0:
+            await asyncio.wait(pending, timeout=remaining)
         if pending:
-            _, still = await asyncio.wait(pending, timeout=grace_s)
-            for task in still:
-                task.cancel()
-            await asyncio.gather(*still, return_exceptions=True)
+            logger.warning("%d task(s) did not end within %.0f s", len(pending), INTERRUPT_WAIT_S)
 
     # ------------------------------------------------------------------ messages
 
@@ -467,8 +493,12 @@ class SlackThreads:
                     run, progress, stream, ts, prompt.text, started, images=prompt.images
                 )
         except asyncio.CancelledError:
-            who = f" by <@{run.cancelled_by}>" if run.cancelled_by else ""
-            final = f"⊘ Cancelled{who}"
+            if run.cancelled_by:
+                final = f"⊘ Cancelled by <@{run.cancelled_by}>"
+            elif not self.accepting:
+                final = INTERRUPTED  # shutdown stopped it at the end of the grace period
+            else:
+                final = "⊘ Cancelled"
             raise
         except RunNotQueued:
             final = "✗ Interrupted: the run was closed while it waited in the queue; ask again"
@@ -778,7 +808,7 @@ class SlackThreads:
         """Progress messages of runs whose process is gone: say so, remove Cancel."""
         for record in await self.run_store.orphans(alive=await self.baton.instances.alive()):
             if record.progress_ts:
-                final = "✗ Interrupted by a restart; ask again"
+                final = INTERRUPTED
                 try:
                     await self.client.chat_update(
                         channel=record.channel_id,

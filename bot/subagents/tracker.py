@@ -202,8 +202,37 @@ class TaskTracker:
             self._notify(record)
         return failed
 
-    async def shutdown(self) -> None:
-        """Cancel this process's children and wait for pending notifications."""
+    async def settle(self, grace_s: float) -> None:
+        """Let this process's children (and those started meanwhile) finish, for up to
+        `grace_s` seconds: what a SIGTERM allows before `interrupt`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while self._children and (remaining := deadline - loop.time()) > 0:
+            await asyncio.wait(list(self._children.values()), timeout=remaining)
+
+    async def interrupt(self) -> list[TaskRecord]:
+        """End every child still running here as interrupted by a restart, in `recover`'s
+        words, before it is stopped: a shutdown is not a person's cancel. Written first,
+        so the endings the stopped children would write (cancelled) lose to it."""
+        interrupted = []
+        for task_id in list(self._children):
+            try:
+                await self.append_log(task_id, f"✗ {RESTART_REASON}")
+                record = await self.finish(task_id, state="failed", error=RESTART_REASON)
+            except Exception:
+                logger.exception("could not record task %s as interrupted", task_id)
+                continue
+            if record is not None:
+                logger.warning("task %s was still running at shutdown; interrupted", task_id)
+                interrupted.append(record)
+        return interrupted
+
+    async def shutdown(self, grace_s: float = 0.0) -> None:
+        """Let this process's children finish for `grace_s` seconds, end those still
+        running as interrupted by a restart and stop them, then wait for the notices."""
+        if grace_s > 0:
+            await self.settle(grace_s)
+        await self.interrupt()
         children = list(self._children.values())
         for child in children:
             child.cancel()

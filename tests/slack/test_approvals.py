@@ -19,7 +19,16 @@ from bot.store import SessionKey
 from bot.store.approvals import ApprovalStore
 from bot.store.models import ApprovalRow
 from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec
-from tests.slack.harness import ALICE, BOB, BOT, MAIN_MARK, SlackHarness, start_harness, until
+from tests.slack.harness import (
+    ALICE,
+    BOB,
+    BOT,
+    MAIN_MARK,
+    SlackHarness,
+    next_ts,
+    start_harness,
+    until,
+)
 
 CAROL = "UCAROL"
 DAVE = "UDAVE"
@@ -259,7 +268,11 @@ async def test_clicks_still_work_while_shutting_down(strict: SlackHarness) -> No
     await click(strict, found, "baton_approve", ALICE)
     await strict.settle()
     assert (strict.baton.workspace.root / "during-shutdown.txt").exists()
-    ignored = await strict.mention("a new question while stopping")
+    # A new question is sent back to Slack (503), to be delivered to another replica.
+    ignored = next_ts()
+    event = {"type": "app_mention", "user": ALICE, "text": f"<@{BOT}> a new question",
+             "ts": ignored, "channel": "C1", "event_ts": ignored}  # fmt: skip
+    assert (await strict.send_event(event)).status == 503
     await strict.settle()
     assert not any(BOT == m.get("user") for m in strict.thread("C1", ignored))
 
