@@ -17,10 +17,11 @@ import pytest
 from sqlalchemy import delete, extract, func, literal, update
 from sqlmodel import col
 
-from bot.store import Database, models
+from bot.store import Database, SessionKey, SessionStore, models
 from bot.store import instances as instances_module
 from bot.store.instances import HEARTBEAT_EVERY_S, STALE_AFTER_S, Instances
 from bot.store.models import InstanceRow
+from bot.store.tasks import TaskStore
 from tests.databases import fresh_database
 
 KINDS = ["sqlite", "postgresql"]
@@ -198,3 +199,25 @@ async def test_a_failing_callback_does_not_stop_the_heartbeat(database: Database
         await session.commit()
     assert await stalled.beat() is False
     assert stalled.id in await Instances(database).alive()
+
+
+async def test_a_crashed_replicas_tasks_are_failed_once_it_expired_not_before(
+    database: Database,
+) -> None:
+    # A restart of the same container: same host and pid, a new id; the old run's
+    # work is recovered when its heartbeat is STALE_AFTER_S old (the next sweep).
+    crashed = await registered(database)
+    restarted = await registered(database)
+    session = await SessionStore(database).get_or_create(
+        SessionKey.slack_thread(team_id="T1", channel_id="C1", thread_ts="1.1")
+    )
+    tasks = TaskStore(database)
+    await tasks.create(
+        task_id="task-explore-1", session_id=session.id, channel_id="C1", agent="explore",
+        description="d", prompt="p", background=True, started_by=None, owner=crashed.id,
+    )  # fmt: skip
+    await age_by(database, crashed, STALE_AFTER_S - 1.5)
+    assert await tasks.fail_orphans("gone", alive=await restarted.alive()) == []
+    await age_by(database, crashed, STALE_AFTER_S + 0.5)
+    failed = await tasks.fail_orphans("gone", alive=await restarted.alive())
+    assert [t.id for t in failed] == ["task-explore-1"]
