@@ -42,8 +42,8 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_EVERY_S = 2.0
 # An instance whose last heartbeat is older than this, by the database's clock, is
 # dead: its work may be failed or expired. With the others sweeping every
-# MAINTENANCE_EVERY_S (bot/slack/surface.py, ~2 s), a dead replica's work is
-# reported within STALE_AFTER_S + one sweep (< 10 s).
+# MAINTENANCE_EVERY_S (bot/slack/surface.py, 1 s), a dead replica's work is reported
+# within STALE_AFTER_S + one sweep of its last heartbeat (< 10 s).
 STALE_AFTER_S = 8.0
 
 LostCallback = Callable[[], Awaitable[None] | None]
