@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from bot.config import PermissionsConfig
 from bot.engine import ToolResult
+from bot.store import instances
 from bot.store.tasks import TaskRecord
 from bot.subagents.tracker import RESTART_REASON
 from tests.fakes.openai_api import ErrorReply, FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
@@ -234,7 +237,7 @@ async def test_a_failed_child_does_not_stop_its_siblings(
 
 
 async def test_restart_marks_running_tasks_failed_and_tells_the_thread(
-    tmp_path: Path, fake_llm: FakeOpenAI
+    tmp_path: Path, fake_llm: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = await make_baton(tmp_path, fake_llm)
     session = await first.conversations.store.get_or_create(THREAD)
@@ -248,6 +251,8 @@ async def test_restart_marks_running_tasks_failed_and_tells_the_thread(
     )  # fmt: skip
     await first.tracker.finish(finished.id, state="completed", result="kept result")
     await first.database.close()  # the process dies: no shutdown of its tasks
+    # ...and its heartbeat goes stale (8 s later in life; at once here).
+    monkeypatch.setattr(instances, "STALE_AFTER_S", 0.0)
 
     second = await make_baton(tmp_path, fake_llm)
     told: list[TaskRecord] = []
