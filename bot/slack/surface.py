@@ -37,7 +37,11 @@ from bot.store.rate import rate_store_for
 
 logger = logging.getLogger(__name__)
 
-MAINTENANCE_EVERY_S = 60.0
+# A dead replica's work is reported within its heartbeat's expiry (STALE_AFTER_S in
+# bot/store/instances.py, 8 s) plus one sweep: under 10 s.
+MAINTENANCE_EVERY_S = 1.0
+# Old event claims are few and need no hurry: they are forgotten once a minute.
+PRUNE_EVERY_SWEEPS = 60
 
 
 class CountingWebClient(AsyncWebClient):
@@ -242,20 +246,23 @@ class SlackSurface:
         await self.tidy()
         self._maintenance = asyncio.create_task(self._maintain(), name="maintenance")
 
-    async def tidy(self) -> None:
+    async def tidy(self, *, prune: bool = True) -> None:
         """Fail and expire the work of processes that are gone; forget old event claims."""
         await self.baton.tracker.recover()
         await self.approvals.expire_abandoned()
         await self.threads.close_orphaned_runs()
         await self.baton.instances.forget_dead()
-        await self.baton.events.prune()
+        if prune:
+            await self.baton.events.prune()
 
     async def _maintain(self) -> None:
         # A replica that died while this one runs leaves work behind: take care of it.
+        sweeps = 0
         while True:
             await asyncio.sleep(MAINTENANCE_EVERY_S)
+            sweeps += 1
             try:
-                await self.tidy()
+                await self.tidy(prune=sweeps % PRUNE_EVERY_SWEEPS == 0)
             except Exception:
                 logger.exception("maintenance failed")
 
