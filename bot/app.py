@@ -148,6 +148,10 @@ class Baton:
             self.heartbeat.cancel()
             await asyncio.gather(self.heartbeat, return_exceptions=True)
         await self.tracker.shutdown()
+        try:
+            await self.instances.unregister()
+        except Exception as exc:  # the database may be what is going away
+            logger.warning("could not unregister this process: %s", self.redact(str(exc)))
         await self.openai_client.close()
         await self.database.close()
 

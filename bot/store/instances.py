@@ -167,6 +167,13 @@ class Instances:
             rows = (await session.exec(query)).all()
         return {self.id, *rows}
 
+    async def unregister(self) -> None:
+        """Say this process is gone (a clean shutdown, its work ended or handed over),
+        so the others take care of what is left at once instead of after the expiry."""
+        async with self.database.sessions() as session:
+            await session.exec(delete(InstanceRow).where(col(InstanceRow.id) == self.id))
+            await session.commit()
+
     async def forget_dead(self) -> None:
         """Drop the rows of dead instances (once their work has been recovered).
 

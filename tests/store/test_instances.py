@@ -221,3 +221,11 @@ async def test_a_crashed_replicas_tasks_are_failed_once_it_expired_not_before(
     await age_by(database, crashed, STALE_AFTER_S + 0.5)
     failed = await tasks.fail_orphans("gone", alive=await restarted.alive())
     assert [t.id for t in failed] == ["task-explore-1"]
+
+
+async def test_a_clean_shutdown_is_dead_at_once_for_the_others(database: Database) -> None:
+    leaving = await registered(database)
+    staying = await registered(database)
+    await leaving.unregister()
+    # No wait for the expiry: its work can be taken care of right away.
+    assert leaving.id not in await staying.alive()
