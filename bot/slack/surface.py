@@ -242,6 +242,7 @@ class SlackSurface:
         """Post background results to their threads; close what a restart interrupted."""
         await self.threads.identify()
         self.baton.tracker.on_finish(self.threads.post_task_finished)
+        self.baton.instances.on_lost(self.threads.on_lost)
         self.baton.start_heartbeat()
         await self.tidy()
         self._maintenance = asyncio.create_task(self._maintain(), name="maintenance")

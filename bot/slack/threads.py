@@ -59,7 +59,7 @@ from bot.slack.text import (
 )
 from bot.slack.timeline import redacted_event, show_child_step, show_step
 from bot.store import SessionKey
-from bot.store.runs import RunStore
+from bot.store.runs import FINISHED, RunStore
 from bot.store.tasks import TaskDetail, TaskRecord
 from bot.subagents import SubAgentEvent
 from bot.subagents.runner import describe_event
@@ -116,6 +116,7 @@ class ActiveRun:
     direct: bool = False  # an `@agent` run: it reads no steering; messages wait for its end
     session_id: int | None = None  # set once the session is found, before the run starts
     team_id: str | None = None  # the team of the person who asked (their streams go to them)
+    lost: bool = False  # another replica took this process for dead and closed the run
 
     def take_inbox(self) -> list[ChatMessage]:
         taken = list(self.inbox)
@@ -495,8 +496,10 @@ class SlackThreads:
         except asyncio.CancelledError:
             if run.cancelled_by:
                 final = f"⊘ Cancelled by <@{run.cancelled_by}>"
-            elif not self.accepting:
-                final = INTERRUPTED  # shutdown stopped it at the end of the grace period
+            elif run.lost or not self.accepting:
+                # Shutdown stopped it at the end of the grace period, or this process
+                # stalled and the others closed the run as a dead replica's.
+                final = INTERRUPTED
             else:
                 final = "⊘ Cancelled"
             raise
@@ -778,6 +781,19 @@ class SlackThreads:
         )
 
     # ------------------------------------------------------------ cancel, tasks
+
+    def on_lost(self) -> None:
+        """This process was taken for dead while it stalled (its heartbeat says so):
+        the runs the others closed meanwhile stop here too, so none runs twice."""
+        self.spawn(self._stop_lost_runs(), "stop-lost-runs")
+
+    async def _stop_lost_runs(self) -> None:
+        for run in list(self.runs.values()):
+            record = await self.run_store.get(run.run_id)
+            if (record is None or record.state == FINISHED) and run.task is not None:
+                logger.warning("run %s was closed by another replica: stopping it", run.run_id)
+                run.lost = True
+                run.task.cancel()
 
     def cancel_run(self, run_id: str, user_id: str) -> ActiveRun | None:
         run = self.runs.get(run_id)

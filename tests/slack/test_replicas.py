@@ -5,6 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 
+from sqlalchemy import delete
+from sqlmodel import col
+
+from bot.store.models import InstanceRow
+from bot.store.runs import RunStore
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.slack.harness import ALICE, BOT, SlackHarness, until
 
@@ -51,3 +56,34 @@ async def test_a_restart_closes_the_progress_of_runs_it_interrupted(
     assert "Interrupted by a restart" in json.dumps(message["blocks"], ensure_ascii=False)
     record = await harness.surface.threads.run_store.get("deadbeef")
     assert record is not None and record.state == "finished"
+
+
+async def test_a_run_closed_by_others_while_this_process_stalled_stops_here(
+    harness: SlackHarness,
+) -> None:
+    """Taken for dead (its heartbeat row gone, its run closed by another replica), the
+    process learns it on its next heartbeat and stops the run: it never runs twice."""
+    release = asyncio.Event()
+
+    async def respond(request: RecordedRequest) -> Reply:
+        await release.wait()
+        return Reply(text="too late")
+
+    harness.llm.responder = respond
+    ts = await harness.mention("a long question")
+    await until(lambda: len(harness.llm.requests) == 1)
+    (run_id,) = harness.surface.threads.runs
+    # What another replica does to a dead one's work: drop its row, close its run.
+    async with harness.baton.database.sessions() as session:
+        await session.exec(
+            delete(InstanceRow).where(col(InstanceRow.id) == harness.baton.instances.id)
+        )
+        await session.commit()
+    await RunStore(harness.baton.database).finish(run_id)
+    assert await harness.baton.instances.beat() is False  # it was lost: re-registered
+    await until(lambda: not harness.surface.threads.runs)
+    release.set()
+    await harness.settle()
+    thread = json.dumps(harness.thread("C1", ts), ensure_ascii=False)
+    assert "Interrupted by a restart" in thread
+    assert "Cancelled" not in thread and "too late" not in thread
