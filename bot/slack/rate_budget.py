@@ -32,7 +32,7 @@ import logging
 import math
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -268,32 +268,37 @@ class RateBudget:
 
     async def _reserve_within(self, keys: list[tuple[str, Limit]], within: float) -> bool:
         """Reserve a slot on every key if each comes within `within` s; sleep until it."""
-        taken: list[tuple[str, Limit]] = []
-        wait = 0.0
-        for key, limit in keys:
-            reservation = await self.store.reserve(key, limit.interval, limit.tolerance + within)
-            if not reservation.granted:
-                for done, done_limit in taken:
-                    await self.store.release(done, done_limit.interval)
-                return False
-            taken.append((key, limit))
-            wait = max(wait, reservation.ahead - limit.tolerance)
-        await self._sleep(Priority.URGENT, wait)
-        return True
+        granted, wait = await self._take_all(keys, lambda limit: limit.tolerance + within)
+        if granted:
+            await self._sleep(Priority.URGENT, wait)
+        return granted
 
     async def _try(self, keys: list[tuple[str, Limit]], level: Priority) -> float | None:
         """Take a slot on every key, or none: None, or how long to wait before asking again."""
+        granted, short = await self._take_all(keys, lambda limit: limit.room(level))
+        if granted:
+            return None  # within its room, a STREAM or PROGRESS slot is due now
+        return min(MAX_RETRY_S, max(MIN_RETRY_S, short)) * random.uniform(1.0, 1.5)
+
+    async def _take_all(
+        self, keys: list[tuple[str, Limit]], room: Callable[[Limit], float]
+    ) -> tuple[bool, float]:
+        """Reserve a slot on every key that has at most `room(limit)` of debt, or on none.
+
+        Returns (True, how long until every slot taken is due), or (False, by how much
+        the refusing key's debt passed its room).
+        """
         taken: list[tuple[str, Limit]] = []
+        wait = 0.0
         for key, limit in keys:
-            room = limit.room(level)
-            reservation = await self.store.reserve(key, limit.interval, room)
+            reservation = await self.store.reserve(key, limit.interval, room(limit))
             if not reservation.granted:
                 for done, done_limit in taken:
                     await self.store.release(done, done_limit.interval)
-                hint = reservation.ahead - room
-                return min(MAX_RETRY_S, max(MIN_RETRY_S, hint)) * random.uniform(1.0, 1.5)
+                return False, reservation.ahead - room(limit)
             taken.append((key, limit))
-        return None
+            wait = max(wait, reservation.ahead - limit.tolerance)
+        return True, wait
 
     async def _sleep(self, level: Priority, wait: float) -> None:
         self.stats.granted[level] += 1
