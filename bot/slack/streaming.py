@@ -412,10 +412,10 @@ class AnswerStream:
 
     async def _update(self, text: str) -> None:
         """Show `text` (as much as one message holds) as a plain message."""
-        message = plan_answer(text[:STREAM_TEXT_LIMIT]).messages[0]
         source = text[:STREAM_TEXT_LIMIT]
         if source == self.shown and self.ts is not None:
             return
+        message = plan_answer(source).messages[0]
         if self.ts is None:
             async with self._slot("chat.postMessage", Priority.STREAM, None):
                 response = await self.client.chat_postMessage(
