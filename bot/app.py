@@ -22,6 +22,7 @@ from bot.sessions import Conversations
 from bot.sites import SharedParts, Site, agent_roots, build_site, site_directories
 from bot.store import Database, EventLedger, SessionStore
 from bot.store.instances import HEARTBEAT_EVERY_S, STALE_AFTER_S, Instances
+from bot.store.signals import Signals
 from bot.store.tasks import TaskStore
 from bot.store.usage import UsageStore
 from bot.subagents import BUILTIN_AGENTS, AgentRegistry, SubAgentRunner, TaskTracker
@@ -55,6 +56,8 @@ class Baton:
     tracker: TaskTracker
     events: EventLedger
     instances: Instances
+    # Wake-ups between replicas (cancels, approvals, tasks, steering, run slots).
+    signals: Signals
     # Tokens spent per call, and the daily budgets read from them.
     usage: UsageStore
     budgets: DailyBudgets
@@ -148,6 +151,7 @@ class Baton:
             self.heartbeat.cancel()
             await asyncio.gather(self.heartbeat, return_exceptions=True)
         await self.tracker.shutdown()
+        await self.signals.close()
         try:
             await self.instances.unregister()
         except Exception as exc:  # the database may be what is going away
@@ -197,7 +201,8 @@ async def build_baton(settings: Settings) -> Baton:
         stall_timeout_s=settings.model_calls.stall_timeout_s,
         answer_timeout_s=settings.model_calls.answer_timeout_s,
     )
-    tracker = TaskTracker(TaskStore(database), instances)
+    signals = Signals(database)
+    tracker = TaskTracker(TaskStore(database), instances, signals=signals)
     shared = SharedParts(
         settings=settings,
         model=model,
@@ -219,6 +224,8 @@ async def build_baton(settings: Settings) -> Baton:
         await database.close()
         raise
     by_directory = dict(zip(directories, built, strict=True))
+    # Never raises: a listener that cannot connect yet retries in the background.
+    await signals.start()
     return Baton(
         settings=settings,
         model=model,
@@ -234,6 +241,7 @@ async def build_baton(settings: Settings) -> Baton:
         tracker=tracker,
         events=EventLedger(database),
         instances=instances,
+        signals=signals,
         usage=(usage := UsageStore(database)),
         budgets=DailyBudgets(usage, settings.limits, settings.prices),
     )

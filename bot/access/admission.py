@@ -13,13 +13,13 @@ Only the waiter admits its own run, inside one serialised admission step
 (`RunStore.admitting`: a PostgreSQL advisory lock across replicas, an asyncio lock
 for SQLite's single process), so two processes can never both take the last slot.
 A slot freed in this process wakes its waiters at once (`Admission.release`);
-slots freed elsewhere are seen by polling every ``poll_s`` seconds.
+one freed elsewhere wakes them through an "admission" signal (on PostgreSQL), and
+polling every ``poll_s`` seconds is the fallback should a signal be lost.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +30,7 @@ from bot.config import LimitsConfig
 from bot.errors import BatonError
 from bot.store.instances import Instances
 from bot.store.runs import QUEUED, RUNNING, RunRecord, RunStore
+from bot.store.signals import ADMISSION, Signals, event_or_signal
 
 logger = logging.getLogger(__name__)
 
@@ -123,11 +124,15 @@ class Admission:
         limits: LimitsConfig,
         *,
         poll_s: float = 1.0,
+        signals: Signals | None = None,
     ) -> None:
         self.store = store
         self.instances = instances
         self.limits = limits
         self.poll_s = poll_s
+        # Tells other replicas' waiters that a slot was freed here; None: they poll.
+        self.signals = signals
+        self._signalling: set[asyncio.Task[None]] = set()
         self._released = asyncio.Event()
         self._waiters: dict[str, _Waiter] = {}
         self._pass_lock = asyncio.Lock()
@@ -149,6 +154,11 @@ class Admission:
         """A run of this process ended (call it after `RunStore.finish`): wake the waiters."""
         released, self._released = self._released, asyncio.Event()
         released.set()
+        if self.signals is not None:
+            # Owned until sent; `notify` never raises.
+            task = asyncio.create_task(self.signals.notify(ADMISSION), name="admission-signal")
+            self._signalling.add(task)
+            task.add_done_callback(self._signalling.discard)
 
     async def wait(
         self,
@@ -175,6 +185,8 @@ class Admission:
             return
         waiter = _Waiter(user_id, asyncio.get_running_loop().create_future())
         self._waiters[run_id] = waiter
+        # A slot freed on another replica; subscribed before the first look.
+        freed = self.signals.subscribe(ADMISSION) if self.signals is not None else None
         try:
             told: QueuePosition | None = None
             while True:
@@ -192,10 +204,10 @@ class Admission:
                         await on_queued(position)
                     except Exception:
                         logger.exception("could not show the queue position of run %s", run_id)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.poll_s):
-                        await released.wait()
+                await event_or_signal(released, freed, self.poll_s)
         finally:
+            if freed is not None:
+                freed.close()
             self._waiters.pop(run_id, None)
             if not waiter.admitted.done():
                 waiter.admitted.cancel()

@@ -1,13 +1,13 @@
 """Approvals in threads: ask with buttons, wait for the first decision, report it.
 
 The database is the truth. A click in this process wakes the waiting run at once;
-a click that reached another replica is seen by polling the row.
+a click that reached another replica wakes it through an "approval" signal (on
+PostgreSQL), and polling the row is the fallback should a signal be lost.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -29,6 +29,7 @@ from bot.slack.approval_views import (
 from bot.store.approvals import ApprovalRecord, ApprovalStore
 from bot.store.instances import Instances
 from bot.store.models import utcnow
+from bot.store.signals import APPROVAL, Signals, event_or_signal
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class SlackApprovals:
         self_approval: bool,
         task_log: TaskLog | None = None,
         poll_s: float = POLL_S,
+        signals: Signals | None = None,
     ) -> None:
         """Build the approvals of one process.
 
@@ -78,6 +80,8 @@ class SlackApprovals:
             task_log: Appends a line to a task's log; each decision on a task's
                 request is recorded there (shown by `/tasks` View log).
             poll_s: How often a waiting run reads its request again.
+            signals: Tells every replica that a request was decided, so the run
+                waiting on it (wherever it is) reads it at once; None: polling only.
         """
         self.store = store
         self.instances = instances
@@ -87,6 +91,7 @@ class SlackApprovals:
         self.self_approval = self_approval
         self.task_log = task_log
         self.poll_s = poll_s
+        self.signals = signals
         self._waiting: dict[str, asyncio.Event] = {}
 
     def for_run(
@@ -203,18 +208,24 @@ class SlackApprovals:
     async def _wait(self, approval_id: str, woken: asyncio.Event) -> ApprovalRecord:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
-        while True:
-            record = await self.store.get(approval_id)
-            assert record is not None
-            if record.state != "pending":
-                return record
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                expired = await self.store.decide(approval_id, "expired", by=None)
-                # None: a decision landed just before the deadline; it stands.
-                return expired or await self._reload(approval_id)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), min(self.poll_s, remaining))
+        # Subscribed before the first read, so a decision between a read and the
+        # wait that follows it is not missed.
+        decided = self.signals.subscribe(APPROVAL) if self.signals is not None else None
+        try:
+            while True:
+                record = await self.store.get(approval_id)
+                assert record is not None
+                if record.state != "pending":
+                    return record
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    expired = await self.store.decide(approval_id, "expired", by=None)
+                    # None: a decision landed just before the deadline; it stands.
+                    return expired or await self._reload(approval_id)
+                await event_or_signal(woken, decided, min(self.poll_s, remaining))
+        finally:
+            if decided is not None:
+                decided.close()
 
     async def _reload(self, approval_id: str) -> ApprovalRecord:
         record = await self.store.get(approval_id)
@@ -279,6 +290,9 @@ class SlackApprovals:
             return ClickResult(message=_already(latest) if latest else None)
         if waiting := self._waiting.get(approval_id):
             waiting.set()
+        elif self.signals is not None:
+            # The run waiting on it is on another replica.
+            await self.signals.notify(APPROVAL, approval_id)
         return ClickResult(message=None)
 
     async def show_arguments(

@@ -225,6 +225,27 @@ class Signals:
         return True
 
 
+async def event_or_signal(
+    event: asyncio.Event, subscription: Subscription | None, timeout_s: float
+) -> None:
+    """Return when `event` is set, a signal comes on `subscription`, or after `timeout_s`."""
+    if subscription is None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await event.wait()
+        return
+    waits = {
+        asyncio.ensure_future(event.wait()),
+        asyncio.ensure_future(subscription.wait(timeout_s)),
+    }
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
 def payload(topic: str, key: str) -> str:
     """`topic:key`, cut to PostgreSQL's payload limit (on a character boundary);
     NUL characters, which PostgreSQL text cannot hold, are dropped."""

@@ -12,12 +12,14 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from bot.store.instances import Instances
+from bot.store.signals import TASK, Signals, Subscription
 from bot.store.tasks import TaskDetail, TaskRecord, TaskState, TaskStore
 
 logger = logging.getLogger(__name__)
 
 RESTART_REASON = "interrupted by a restart; start it again"
-# How often running children check that nobody cancelled them from another process.
+# How often running children check that nobody cancelled them from another process
+# (a "task" signal makes them check at once; the sweep is the fallback).
 CANCEL_SWEEP_S = 2.0
 
 FinishCallback = Callable[[TaskRecord], Awaitable[None]]
@@ -27,11 +29,19 @@ class TaskTracker:
     """Starts, logs, finishes, lists and cancels tasks; hands results over once."""
 
     def __init__(
-        self, store: TaskStore, instances: Instances, *, sweep_s: float = CANCEL_SWEEP_S
+        self,
+        store: TaskStore,
+        instances: Instances,
+        *,
+        sweep_s: float = CANCEL_SWEEP_S,
+        signals: Signals | None = None,
     ) -> None:
         self.store = store
         self.instances = instances
         self.sweep_s = sweep_s
+        # Tells the other replicas that a task ended, and wakes this one's sweep when
+        # theirs did; None: the sweep only polls.
+        self.signals = signals
         self._sweeper: asyncio.Task[None] | None = None
         self._callbacks: list[FinishCallback] = []
         self._children: dict[str, asyncio.Task[Any]] = {}
@@ -91,6 +101,9 @@ class TaskTracker:
         )
         if record is not None:
             self._notify(record)
+            if self.signals is not None:
+                # A cancel that reached this replica stops the child on its owner at once.
+                await self.signals.notify(TASK, task_id)
         return record
 
     def _notify(self, record: TaskRecord) -> None:
@@ -115,22 +128,37 @@ class TaskTracker:
         self._children[task_id] = child
         child.add_done_callback(lambda _: self._children.pop(task_id, None))
         if self._sweeper is None or self._sweeper.done():
-            self._sweeper = asyncio.create_task(self._sweep(), name="task-cancel-sweep")
+            # Subscribed here, not in the sweep, so a signal sent before the sweep
+            # first runs is kept for it.
+            subscription = self.signals.subscribe(TASK) if self.signals is not None else None
+            self._sweeper = asyncio.create_task(self._sweep(subscription), name="task-cancel-sweep")
 
-    async def _sweep(self) -> None:
+    async def _sweep(self, subscription: Subscription | None) -> None:
         """Stop children whose task was ended elsewhere (a cancel that reached another replica)."""
-        while self._children:
-            await asyncio.sleep(self.sweep_s)
-            try:
-                states = await self.store.states(list(self._children))
-            except Exception:
-                logger.exception("could not check the state of running tasks")
-                continue
-            for task_id, state in states.items():
-                child = self._children.get(task_id)
-                if state != "running" and child is not None:
-                    logger.info("task %s ended elsewhere (%s); stopping it here", task_id, state)
-                    child.cancel()
+        try:
+            while self._children:
+                if subscription is not None:
+                    await subscription.wait(self.sweep_s)
+                else:
+                    await asyncio.sleep(self.sweep_s)
+                await self._stop_ended_elsewhere()
+        finally:
+            if subscription is not None:
+                subscription.close()
+
+    async def _stop_ended_elsewhere(self) -> None:
+        if not self._children:
+            return
+        try:
+            states = await self.store.states(list(self._children))
+        except Exception:
+            logger.exception("could not check the state of running tasks")
+            return
+        for task_id, state in states.items():
+            child = self._children.get(task_id)
+            if state != "running" and child is not None:
+                logger.info("task %s ended elsewhere (%s); stopping it here", task_id, state)
+                child.cancel()
 
     def is_running_here(self, task_id: str) -> bool:
         return task_id in self._children
