@@ -8,14 +8,22 @@ from datetime import datetime
 from typing import Literal
 
 from sqlalchemy import func, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store.database import Database
 from bot.store.models import TaskLogRow, TaskRow, TaskSequenceRow, as_utc, utcnow
 
 TaskState = Literal["running", "completed", "failed", "cancelled"]
 FINISHED_STATES: tuple[TaskState, ...] = ("completed", "failed", "cancelled")
+
+# PostgreSQL: held (two-key form: this constant, the session) by the transaction that
+# counts a session's running background tasks and records one more, so that across
+# replicas counting and recording are one step. "task" in ASCII; the two-key lock space
+# is apart from the one-key locks of bot/store/database.py and bot/store/runs.py.
+BACKGROUND_LOCK = 0x7461736B
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +138,61 @@ class TaskStore:
             started_by=started_by,
         )
         async with self.database.sessions() as session:
+            session.add(row)
+            await session.commit()
+            return _record(row)
+
+    async def create_background(
+        self,
+        *,
+        limit: int,
+        session_id: int,
+        channel_id: str | None,
+        agent: str,
+        description: str,
+        prompt: str,
+        started_by: str | None,
+        owner: str | None = None,
+    ) -> TaskRecord | None:
+        """Record a new running background task with a new id, unless the session has
+        `limit` running already: None then, and no id is used up.
+
+        Counting and recording are one transaction, serialised per session across the
+        deployment: on PostgreSQL by ``pg_advisory_xact_lock(BACKGROUND_LOCK, session)``;
+        on SQLite by the database's single writer, taken at once by the transaction's
+        first statement (a write), so a racing start waits and then counts this one.
+        """
+        async with self.database.sessions() as session:
+            if self.database.engine.dialect.name == "postgresql":
+                await session.exec(
+                    select(func.pg_advisory_xact_lock(BACKGROUND_LOCK, _int4(session_id)))
+                )
+            number = await _take_number(session, agent)
+            running = (
+                await session.exec(
+                    select(func.count())
+                    .select_from(TaskRow)
+                    .where(
+                        TaskRow.session_id == session_id,
+                        TaskRow.state == "running",
+                        TaskRow.background == True,  # noqa: E712
+                    )
+                )
+            ).one()
+            if running >= limit:
+                await session.rollback()
+                return None
+            row = TaskRow(
+                owner=owner,
+                id=f"task-{agent}-{number}",
+                session_id=session_id,
+                channel_id=channel_id,
+                agent=agent,
+                description=description,
+                prompt=prompt,
+                background=True,
+                started_by=started_by,
+            )
             session.add(row)
             await session.commit()
             return _record(row)
@@ -293,3 +356,24 @@ class TaskStore:
             if record := await self.finish(task_id, state="failed", result=None, error=reason):
                 failed.append(record)
         return failed
+
+
+async def _take_number(session: AsyncSession, agent: str) -> int:
+    """The agent's next task number, taken inside `session`'s transaction (an upsert)."""
+    bind = session.get_bind()
+    insert = postgresql.insert if bind.dialect.name == "postgresql" else sqlite.insert
+    statement = (
+        insert(TaskSequenceRow)
+        .values(agent=agent, last=1)
+        .on_conflict_do_update(
+            index_elements=[col(TaskSequenceRow.agent)],
+            set_={"last": col(TaskSequenceRow.last) + 1},
+        )
+        .returning(col(TaskSequenceRow.last))
+    )
+    return int((await session.exec(statement)).scalar_one())
+
+
+def _int4(number: int) -> int:
+    """`number` folded into PostgreSQL's int4 (two-key advisory locks take int4 keys)."""
+    return (number + 2**31) % 2**32 - 2**31

@@ -30,7 +30,6 @@ from bot.engine import (
     Usage,
 )
 from bot.engine.tokens import TokenCounter
-from bot.errors import TaskLimitReached
 from bot.store.tasks import TaskRecord, TaskState
 from bot.subagents.definition import TASK_TOOL_NAME, AgentDefinition
 from bot.subagents.prompt import build_child_prompt
@@ -254,12 +253,23 @@ class SubAgentRunner:
         description: str,
         parent: ParentContext,
     ) -> TaskRecord:
-        """Start a child outside the caller's turn and return its record at once."""
+        """Start a child outside the caller's turn and return its record at once.
+
+        Raises:
+            TaskLimitReached: The session has `max_background_tasks` running already.
+        """
+        # Counting the session's running background tasks and recording this one are
+        # one step across every replica (TaskStore.create_background).
         async with self.tracker.start_lock:
-            running = await self.tracker.running_background(parent.session_id)
-            if running >= self.max_background_tasks:
-                raise TaskLimitReached(self.max_background_tasks)
-            record = await self._record(definition, prompt, description, parent, background=True)
+            record = await self.tracker.start_background(
+                limit=self.max_background_tasks,
+                session_id=parent.session_id,
+                channel_id=parent.channel_id,
+                agent=definition.name,
+                description=description,
+                prompt=prompt,
+                started_by=parent.user_id,
+            )
         self.tracker.run_child(
             record.id,
             self._run_background(record, definition, prompt, parent),

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from bot.errors import TaskLimitReached
 from bot.store.instances import Instances
 from bot.store.signals import TASK, Signals, Subscription
 from bot.store.tasks import TaskDetail, TaskRecord, TaskState, TaskStore
@@ -46,8 +47,8 @@ class TaskTracker:
         self._callbacks: list[FinishCallback] = []
         self._children: dict[str, asyncio.Task[Any]] = {}
         self._notifications: set[asyncio.Task[None]] = set()
-        # Serialises the background cap check with the insert, so two parallel
-        # `task` calls cannot both take the last free place.
+        # Serialises this process's background starts (the store makes counting and
+        # recording one step across replicas; this keeps them from queueing there).
         self.start_lock = asyncio.Lock()
 
     def on_finish(self, callback: FinishCallback) -> None:
@@ -77,6 +78,36 @@ class TaskTracker:
             started_by=started_by,
             owner=self.instances.id,
         )
+
+    async def start_background(
+        self,
+        *,
+        limit: int,
+        session_id: int,
+        channel_id: str | None,
+        agent: str,
+        description: str,
+        prompt: str,
+        started_by: str | None,
+    ) -> TaskRecord:
+        """Record a background task, unless its session has `limit` running (on any replica).
+
+        Raises:
+            TaskLimitReached: The session has `limit` background tasks running.
+        """
+        record = await self.store.create_background(
+            limit=limit,
+            session_id=session_id,
+            channel_id=channel_id,
+            agent=agent,
+            description=description,
+            prompt=prompt,
+            started_by=started_by,
+            owner=self.instances.id,
+        )
+        if record is None:
+            raise TaskLimitReached(limit)
+        return record
 
     async def append_log(self, task_id: str, *lines: str) -> None:
         await self.store.append_log(task_id, lines)
