@@ -14,14 +14,17 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 from sqlmodel import select
 
+from bot.access.admission import Admission
 from bot.access.deciders import Deciders
 from bot.app import Baton, build_baton
+from bot.config import LimitsConfig
 from bot.engine import ApprovalRequest
 from bot.slack.approvals import SlackApprovals
 from bot.slack.directory import SlackDirectory
 from bot.store import SessionKey
 from bot.store.approvals import ApprovalStore
 from bot.store.models import ApprovalRow
+from bot.store.runs import RunStore
 from bot.subagents.runner import ParentContext
 from tests.conftest import make_settings
 from tests.databases import POSTGRES_SERVER, fresh_postgres
@@ -158,3 +161,34 @@ async def test_a_task_cancelled_on_one_replica_stops_on_the_other_at_once(
     assert time.monotonic() - began < PROMPT_S
     detail = await runs_it.tracker.get(record.id)
     assert detail is not None and detail.task.state == "cancelled"
+
+
+async def test_a_run_slot_freed_on_one_replica_admits_the_run_queued_on_the_other(
+    replicas: tuple[Baton, Baton],
+) -> None:
+    frees, queues = replicas
+    limits = LimitsConfig(runs=1, runs_per_user=0)
+    admissions = [
+        Admission(RunStore(b.database), b.instances, limits, poll_s=SLOW_POLL_S, signals=b.signals)
+        for b in replicas
+    ]
+    session = await frees.conversations.store.get_or_create(SessionKey.terminal("runs"))
+    for baton, run_id in ((frees, "r1"), (queues, "r2")):
+        await RunStore(baton.database).start(
+            run_id=run_id, owner=baton.instances.id, session_id=session.id, channel_id="C1",
+            thread_ts="1.1", user_id=ALICE, state="queued",
+        )  # fmt: skip
+    await asyncio.wait_for(admissions[0].wait("r1", ALICE), 10)
+    waiting = asyncio.create_task(admissions[1].wait("r2", BOB))
+    try:
+        await asyncio.sleep(0.3)  # queued behind r1, waiting
+        assert not waiting.done()
+        began = time.monotonic()
+        await RunStore(frees.database).finish("r1")
+        admissions[0].release()
+        await asyncio.wait_for(waiting, PROMPT_S)
+        assert time.monotonic() - began < PROMPT_S
+    finally:
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        await asyncio.gather(*admissions[0]._signalling)
