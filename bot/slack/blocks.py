@@ -40,6 +40,7 @@ VIEW_LOG = "baton_view_log"
 CANCEL_TASK = "baton_cancel_task"
 LOG_PAGE = "baton_log_page"
 FEEDBACK_ACTION = "answer_feedback"
+RETRY_RUN = "baton_retry_run"
 
 STATE_MARKS = {"running": "●", "completed": "✓", "failed": "✗", "cancelled": "⊘"}
 
@@ -176,15 +177,16 @@ def _markdown_sections(markdown: str) -> list[str]:
 
 
 def progress_blocks(
-    lines: Sequence[str], *, run_id: str, running: bool, status: str
+    lines: Sequence[str], *, run_id: str, running: bool, status: str, retry: bool = False
 ) -> list[Block]:
     """The live progress message of a run.
 
     Args:
         lines: Progress lines so far, oldest first; the last 12 are shown.
-        run_id: The run the Cancel button cancels.
+        run_id: The run the Cancel (or Retry) button is about.
         running: Whether the run still runs (the Cancel button shows only then).
         status: One mrkdwn line, e.g. "Working…" or "✓ Done · 3 turns · 12.3 s".
+        retry: The run ended interrupted by a restart: a Retry button runs it again.
 
     Returns:
         The message's blocks.
@@ -200,7 +202,25 @@ def progress_blocks(
                 "elements": [_button("Cancel", CANCEL_RUN, run_id, style="danger")],
             }
         )
+    elif retry:
+        blocks.append({"type": "actions", "elements": [_retry_button(run_id)]})
     return blocks
+
+
+def _retry_button(run_id: str) -> Block:
+    return _button("Retry", RETRY_RUN, run_id, style="primary")
+
+
+def interrupted_message(run_id: str, *, retry: bool) -> TaskPostBack:
+    """What a thread is told of a run that a restart interrupted before it could post
+    anything (or when Slack delivers its question again): Retry runs it again."""
+    text = "✗ A run in this thread was interrupted by a restart."
+    if retry:
+        text += " Retry runs its question again, with the thread's history so far."
+    blocks: list[Block] = [_section(text)]
+    if retry:
+        blocks.append({"type": "actions", "elements": [_retry_button(run_id)]})
+    return TaskPostBack(text=text, blocks=blocks, file=None)
 
 
 def progress_text(lines: Sequence[str], status: str) -> str:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncRespond
+from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 
 from bot.access.budgets import describe_usage
@@ -20,6 +22,7 @@ from bot.slack.blocks import (
     CANCEL_TASK,
     FEEDBACK_ACTION,
     LOG_PAGE,
+    RETRY_RUN,
     VIEW_LOG,
     feedback_line,
     home_view,
@@ -37,6 +40,8 @@ logger = logging.getLogger(__name__)
 PANEL_TASKS = 25
 PANEL_DECISIONS = 5
 HOME_TASKS = 15
+# Where the intake middleware leaves the message it stored, for the event listener.
+TAKEN_MESSAGE = "baton_taken_message"
 
 
 class Listeners:
@@ -57,6 +62,7 @@ class Listeners:
         self.feedback = FeedbackStore(baton.database)
 
     def register(self, app: AsyncApp) -> None:
+        app.middleware(self.take_messages)
         app.event("app_mention")(self.handle_app_mention)
         app.event("message")(self.handle_message)
         app.event("app_home_opened")(self.handle_app_home_opened)
@@ -69,24 +75,37 @@ class Listeners:
         app.action(DENY)(self.handle_deny)
         app.action(SHOW_ARGUMENTS)(self.handle_show_arguments)
         app.action(FEEDBACK_ACTION)(self.handle_feedback)
+        app.action(RETRY_RUN)(self.handle_retry_run)
 
     # -------------------------------------------------------------------- events
 
-    async def handle_app_mention(self, event: dict[str, Any], body: dict[str, Any]) -> None:
-        self.threads.spawn(
-            self.threads.handle_message(
-                event, team_id=body.get("team_id"), enterprise_id=body.get("enterprise_id")
-            ),
-            "app_mention",
-        )
+    async def take_messages(
+        self, body: dict[str, Any], context: AsyncBoltContext, next: Callable[[], Awaitable[Any]]
+    ) -> BoltResponse | None:
+        """Before Slack is answered, a message for Baton is stored (the question is kept
+        from then on, and a retried delivery is known). When the database cannot store
+        it, Slack is answered 500 and sends it again, instead of being told it was taken."""
+        event = body.get("event") if body.get("type") == "event_callback" else None
+        if isinstance(event, dict) and event.get("type") in ("app_mention", "message"):
+            try:
+                context[TAKEN_MESSAGE] = await self.threads.intake(
+                    event, team_id=body.get("team_id"), enterprise_id=body.get("enterprise_id")
+                )
+            except Exception:
+                logger.exception("could not take a message from Slack; it will come again")
+                return BoltResponse(status=500, body="")
+        return await next()
 
-    async def handle_message(self, event: dict[str, Any], body: dict[str, Any]) -> None:
-        self.threads.spawn(
-            self.threads.handle_message(
-                event, team_id=body.get("team_id"), enterprise_id=body.get("enterprise_id")
-            ),
-            "message",
-        )
+    async def handle_app_mention(self, context: AsyncBoltContext) -> None:
+        self._dispatch(context)
+
+    async def handle_message(self, context: AsyncBoltContext) -> None:
+        self._dispatch(context)
+
+    def _dispatch(self, context: AsyncBoltContext) -> None:
+        message = context.get(TAKEN_MESSAGE)
+        if message is not None:
+            self.threads.spawn(self.threads.dispatch(message), f"message-{message.id}")
 
     async def handle_app_home_opened(self, event: dict[str, Any]) -> None:
         if event.get("tab", "home") == "home":
@@ -236,8 +255,33 @@ class Listeners:
             return
         if local is not None:
             self.threads.cancel_run(run_id, user)
-        else:
-            await self.threads.run_store.request_cancel(run_id, by=user)
+        elif await self.threads.run_store.request_cancel(run_id, by=user):
+            await self.baton.signals.notify("cancel", run_id)
+
+    async def handle_retry_run(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        self.threads.spawn(self.retry_run(body), "retry_run")
+
+    async def retry_run(self, body: dict[str, Any]) -> None:
+        """Run again the question of a run a restart interrupted; anyone who may start
+        runs in that channel may ask, only in the run's own channel."""
+        user = body["user"]["id"]
+        run_id = str((body.get("actions") or [{}])[0].get("value") or "")
+        channel = _channel_of(body)
+        record = await self.threads.run_store.get(run_id) if run_id else None
+        if record is None or channel != record.channel_id:
+            if channel:
+                await self._ephemeral(channel, user, "There is no such run in this channel.")
+            return
+        why_not = await self.threads.retry(
+            run_id,
+            user_id=user,
+            team_id=(body.get("team") or {}).get("id"),
+            user_team=(body.get("user") or {}).get("team_id"),
+            enterprise_id=(body.get("enterprise") or {}).get("id"),
+        )
+        if why_not is not None:
+            await self._ephemeral(channel, user, why_not)
 
     async def handle_view_log(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()

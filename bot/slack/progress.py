@@ -140,20 +140,23 @@ class ProgressMessage:
             except Exception:
                 logger.exception("progress update failed")
 
-    async def _write(self, *, running: bool) -> None:
+    async def _write(self, *, running: bool, retry: bool = False) -> None:
         assert self.ts is not None
         lines = list(self.lines)
         await self.client.chat_update(
             channel=self.channel,
             ts=self.ts,
             text=progress_text(lines, self.status),
-            blocks=progress_blocks(lines, run_id=self.run_id, running=running, status=self.status),
+            blocks=progress_blocks(
+                lines, run_id=self.run_id, running=running, status=self.status, retry=retry
+            ),
         )
         self.updates += 1
         self._last_write = time.monotonic()
 
-    async def finish(self, status: str) -> None:
-        """Write the final state (no Cancel button); retried through rate limits."""
+    async def finish(self, status: str, *, retry: bool = False) -> None:
+        """Write the final state (no Cancel button; a Retry button with `retry`);
+        retried through rate limits."""
         if self._writer is not None:
             self._writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -163,7 +166,9 @@ class ProgressMessage:
             return
         try:
             with priority(Priority.URGENT):
-                await patiently(lambda: self._write(running=False), patience_s=FINAL_PATIENCE_S)
+                await patiently(
+                    lambda: self._write(running=False, retry=retry), patience_s=FINAL_PATIENCE_S
+                )
             totals["finals"] += 1
         except SlackApiError as exc:
             logger.warning("final progress update failed: %s", exc.response.get("error"))

@@ -252,6 +252,9 @@ class SlackSurface:
         await self.baton.tracker.recover()
         await self.approvals.expire_abandoned()
         await self.threads.close_orphaned_runs()
+        alive = await self.baton.instances.alive()
+        await self.threads.inbox.forget_dead_leases(alive=alive)
+        await self.threads.pick_up()
         await self.baton.instances.forget_dead()
         if prune:
             await self.baton.events.prune()

@@ -42,6 +42,7 @@ from bot.slack.approvals import SlackApprovals
 from bot.slack.blocks import (
     error_message,
     feedback_blocks,
+    interrupted_message,
     progress_blocks,
     task_finished_message,
 )
@@ -61,6 +62,21 @@ from bot.slack.timeline import redacted_event, show_child_step, show_step
 from bot.store import SessionKey
 from bot.store.runs import FINISHED, RunStore
 from bot.store.tasks import TaskDetail, TaskRecord
+from bot.store.thread_inbox import (
+    DONE,
+    DROPPED,
+    NEW,
+    OFFERED,
+    PENDING,
+    REFUSED,
+    RETRIED,
+    RETRYABLE,
+    TAKEN,
+    Lease,
+    ThreadInbox,
+    ThreadMessage,
+)
+from bot.store.thread_inbox import INTERRUPTED as INTERRUPTED_STATE
 from bot.subagents import SubAgentEvent
 from bot.subagents.runner import describe_event
 
@@ -76,8 +92,11 @@ MAX_CONTEXT_MESSAGES = 50
 MAX_CONTEXT_CHARS = 2_000
 MAX_REPLY_PAGES = 10
 CANCEL_WATCH_S = 1.0
+# How often runs look for messages other replicas stored for their threads, when no
+# signal woke them (SQLite; a lost notification).
+STEER_WATCH_S = 1.0
 # A run that shutdown stopped, here or in a process that is gone.
-INTERRUPTED = "✗ Interrupted by a restart; ask again"
+INTERRUPTED = "✗ Interrupted by a restart: Retry runs it again"
 # After the grace period, how long stopped runs may take for their last Slack calls.
 INTERRUPT_WAIT_S = 5.0
 STOP_MARKS = {
@@ -108,15 +127,16 @@ class ActiveRun:
     channel: str
     thread_ts: str
     inbox: list[ChatMessage] = field(default_factory=list)
-    # (author, text, whether it asked Baton) of each inbox message, to answer those
-    # that asked as their authors' own once the run is over.
-    authors: list[tuple[str, str, bool]] = field(default_factory=list)
+    # (stored message id, author, text, whether it asked Baton) of each inbox message:
+    # those the run never read are the thread's next turn, or dropped, once it is over.
+    authors: list[tuple[int, str, str, bool]] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     cancelled_by: str | None = None
     direct: bool = False  # an `@agent` run: it reads no steering; messages wait for its end
     session_id: int | None = None  # set once the session is found, before the run starts
     team_id: str | None = None  # the team of the person who asked (their streams go to them)
     lost: bool = False  # another replica took this process for dead and closed the run
+    author_id: str | None = None  # who wrote the question, when not `user_id` (a Retry)
 
     def take_inbox(self) -> list[ChatMessage]:
         taken = list(self.inbox)
@@ -154,8 +174,11 @@ class SlackThreads:
         self.files = FileReader(client)
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
+        self.inbox = ThreadInbox(baton.database)
         self.runs: dict[str, ActiveRun] = {}
         self.threads: dict[str, ActiveRun] = {}
+        self._starting: set[str] = set()  # threads whose waiting turn pick_up is starting
+        self._steer_watch: asyncio.Task[None] | None = None
         self.accepting = True
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -224,17 +247,20 @@ class SlackThreads:
         user = event.get("user")
         return bool(user) and user != self.bot_user_id
 
-    async def handle_message(
+    async def intake(
         self, event: dict[str, Any], *, team_id: str | None, enterprise_id: str | None = None
-    ) -> None:
-        """A mention, a DM, or a message in a thread the bot is working in.
+    ) -> ThreadMessage | None:
+        """Before Slack is answered: whether a message is for Baton (a mention, a DM, or
+        talk in a thread whose turn runs now), and if so, store it.
 
-        Who may start runs (and steer them) is checked before anything else happens;
-        a refusal goes to that person alone. A run over the concurrency caps waits in
-        a visible queue.
+        Storing it is the claim: a retry, or the same message arriving as both
+        app_mention and message.channels, finds it stored and starts nothing (a
+        redelivered message whose run a restart interrupted gets a Retry offer). A
+        database error propagates, so Slack is not told the message was taken and
+        sends it again.
         """
         if not self.accepting or not self.is_from_a_person(event):
-            return
+            return None
         await self.identify()
         channel = event["channel"]
         ts = event["ts"]
@@ -248,61 +274,141 @@ class SlackThreads:
             channel_id=channel,
             thread_ts=DM_CONVERSATION if is_dm else thread_ts,
         )
-        if not (is_dm or mentioned or key.key in self.threads):
-            return  # chatter that neither asks Baton nor steers one of its runs
-        # Recorded before any work: a retry, or the same message arriving as both
-        # app_mention and message.channels, finds the claim and starts nothing.
-        if not await self.baton.events.claim(f"msg:{channel}:{ts}"):
-            return
-        user = event["user"]
-        active = self.threads.get(key.key)
         addressed = is_dm or mentioned
-        refusal = await self.access.may_start(
-            user_id=user,
-            channel_id=channel,
-            is_dm=is_dm,
-            team_id=team_id,
-            user_team=event.get("user_team"),
-            enterprise_id=enterprise_id,
-        )
-        if refusal is None and active is None and addressed:
-            refusal = await self.budgets.refusal(user_id=user, channel_id=channel)
-        if refusal is not None:
-            if addressed:
-                await self._refuse(
-                    refusal, user=user, channel=channel, thread_ts=thread_ts, dm=is_dm
-                )
-            else:
-                # Chatter from someone who may not start runs does not steer one either.
-                logger.info("not steering with a message from %s: %s", user, refusal.reason)
-            return
-        if active is not None:
-            if not addressed and (active.direct or self._mentions_someone_else(text)):
-                # People talking to each other: not for Baton. An `@agent` run reads no
-                # steering, so only what asks Baton waits for its end.
-                return
-            await self._steer(
-                active, user, text, ts=ts, addressed=addressed, files=event.get("files")
-            )
-            return
         if not addressed:
-            return
-        if is_dm and mention_free(text, self.bot_user_id or "").strip().lower() in FRESH_START:
-            await self._start_fresh(key, channel=channel, thread_ts=thread_ts)
-            return
-        run = ActiveRun(
-            run_id=uuid.uuid4().hex[:12],
-            key=key,
-            user_id=user,
-            channel=channel,
+            if thread_ts == ts:
+                return None  # talk outside any thread steers nothing
+            # People talking to each other, or beside an `@agent` run (which reads no
+            # steering): not for Baton.
+            lease = await self._lease_of(key.key)
+            if lease is None or lease.direct or self._mentions_someone_else(text):
+                return None
+        stored = await self.inbox.receive(
+            session_key=key.key,
+            channel_id=channel,
             thread_ts=thread_ts,
-            direct=parse_direct_agent(mention_free(text, self.bot_user_id or "")) is not None,
-            team_id=event.get("user_team") or team_id or event.get("team"),
+            ts=ts,
+            user_id=event["user"],
+            text=text,
+            holder=self.baton.instances.id,
+            team_id=key.team_id,
+            user_team=event.get("user_team") or team_id or event.get("team"),
+            enterprise_id=enterprise_id,
+            files=event.get("files") or (),
+            is_dm=is_dm,
+            addressed=addressed,
         )
+        if stored is None:
+            await self._redelivered(channel, ts)
+        return stored
+
+    async def _lease_of(self, session_key: str) -> Lease | None:
+        local = self.threads.get(session_key)
+        if local is not None:
+            return Lease(session_key, self.baton.instances.id, local.run_id, local.direct)
+        return await self.inbox.holder(session_key, alive=await self.baton.instances.alive())
+
+    async def handle_message(
+        self, event: dict[str, Any], *, team_id: str | None, enterprise_id: str | None = None
+    ) -> None:
+        """Take a message from Slack and act on it (`intake`, then `dispatch`)."""
+        stored = await self.intake(event, team_id=team_id, enterprise_id=enterprise_id)
+        if stored is not None:
+            await self.dispatch(stored)
+
+    async def dispatch(self, message: ThreadMessage) -> None:
+        """After Slack is answered: who may start runs (and steer them) is checked before
+        anything else happens, a refusal going to that person alone. Then the message
+        joins the thread's running turn (here or on another replica), or starts the
+        thread's turn, or waits for it. A run over the concurrency caps waits in a
+        visible queue."""
+        key = session_key_of(message)
+        local = self.threads.get(key.key)
+        lease = await self._lease_of(key.key)
+        refusal = await self.access.may_start(
+            user_id=message.user_id,
+            channel_id=message.channel_id,
+            is_dm=message.is_dm,
+            team_id=message.team_id if message.team_id != "-" else None,
+            user_team=message.user_team,
+            enterprise_id=message.enterprise_id,
+        )
+        if refusal is None and lease is None and message.addressed:
+            refusal = await self.budgets.refusal(
+                user_id=message.user_id, channel_id=message.channel_id
+            )
+        if refusal is not None:
+            await self.inbox.move([message.id], REFUSED, only_from=[NEW])
+            if message.addressed:
+                await self._refuse(
+                    refusal, user=message.user_id, channel=message.channel_id,
+                    thread_ts=message.thread_ts, dm=message.is_dm,
+                )  # fmt: skip
+            else:
+                # Talk from someone who may not start runs does not steer one either.
+                logger.info(
+                    "not steering with a message from %s: %s", message.user_id, refusal.reason
+                )
+            return
+        fresh = mention_free(message.text, self.bot_user_id or "").strip().lower() in FRESH_START
+        if message.is_dm and lease is None and fresh:
+            await self.inbox.move([message.id], DONE, only_from=[NEW])
+            await self._start_fresh(key, channel=message.channel_id, thread_ts=message.thread_ts)
+            return
+        if not await self.inbox.move([message.id], PENDING, only_from=[NEW]):
+            return  # another replica took it over meanwhile (it took this one for dead)
+        if local is not None or (local := self.threads.get(key.key)) is not None:
+            await self._deliver(local)
+        elif lease is not None and lease.owner != self.baton.instances.id:
+            await self.baton.signals.notify("steer", key.key)
+        else:
+            await self.take_turns(key)
+
+    async def take_turns(self, key: SessionKey) -> None:
+        """Run the thread's turns while questions wait for them, holding its lease; if
+        another process holds it, that one runs them (it is woken to look)."""
+        while self.accepting:
+            run_id = uuid.uuid4().hex[:12]
+            alive = await self.baton.instances.alive()
+            if not await self.inbox.lease(
+                key.key, owner=self.baton.instances.id, run_id=run_id, alive=alive
+            ):
+                await self.baton.signals.notify("steer", key.key)
+                return
+            try:
+                taken = await self.inbox.take(
+                    key.key, run_id=run_id, holder=self.baton.instances.id, questions_only=True
+                )
+                if taken:
+                    turn = self.spawn(self._turn(key, taken[0], run_id), f"turn-{run_id}")
+                    await asyncio.wait([turn])
+            finally:
+                await asyncio.shield(self.inbox.release(key.key, run_id))
+            # After the release: a question stored while this process held the lease
+            # (whose receiver then found the lease taken) is seen here.
+            if not await self.inbox.has_questions(key.key):
+                return
+
+    async def _turn(self, key: SessionKey, question: ThreadMessage, run_id: str) -> None:
+        """One run of a thread: `question` is what it answers."""
+        clean = mention_free(question.text, self.bot_user_id or "")
+        run = ActiveRun(
+            run_id=run_id,
+            key=key,
+            user_id=question.user_id,
+            channel=question.channel_id,
+            thread_ts=question.thread_ts,
+            direct=parse_direct_agent(clean) is not None,
+            team_id=question.user_team,
+            author_id=question.author_id,
+        )
+        if run.direct:
+            await self.inbox.mark_direct(key.key, run_id)
         self.runs[run.run_id] = run
         self.threads[key.key] = run
         run.task = asyncio.current_task()  # type: ignore[assignment]
-        self._watch_cancels()
+        self._watch_runs()
+        messages_end = "done"
         try:
             session = await self.baton.conversations.store.get_or_create(key)
             run.session_id = session.id
@@ -310,43 +416,170 @@ class SlackThreads:
                 run_id=run.run_id,
                 owner=self.baton.instances.id,
                 session_id=session.id,
-                channel_id=channel,
-                thread_ts=thread_ts,
-                user_id=user,
+                channel_id=run.channel,
+                thread_ts=run.thread_ts,
+                user_id=run.user_id,
                 state="queued",
             )
-            await self._run(run, ts=ts, text=text, is_dm=is_dm, files=event.get("files"))
+            await self._deliver(run)  # what came in while the lease was taken
+            outcome = await self._run(
+                run, ts=question.ts, text=question.text, is_dm=question.is_dm,
+                files=list(question.files),
+            )  # fmt: skip
+            if outcome == INTERRUPTED:
+                messages_end = "interrupted"
+        except asyncio.CancelledError:
+            if run.lost or (not self.accepting and not run.cancelled_by):
+                messages_end = "interrupted"
+            raise
         finally:
             self.runs.pop(run.run_id, None)
             if self.threads.get(key.key) is run:
                 self.threads.pop(key.key, None)
-            await asyncio.shield(self.run_store.finish(run.run_id))
-            self.admission.release()
-            leftovers = list(run.authors)
-            run.take_inbox()
-            stopped = bool(run.cancelled_by or not self.accepting)
-            # After a run, only what asked Baton starts another: the rest was talk.
-            unread = [(a, t) for a, t, addressed in leftovers if stopped or not addressed]
-            if unread:
-                who = ", ".join(sorted({f"<@{author}>" for author, _ in unread}))
-                why = (
-                    "the run was cancelled"
-                    if run.cancelled_by
-                    else ("Baton is restarting" if not self.accepting else "the run ended first")
-                )
+            await asyncio.shield(self._end_turn(run, messages_end))
+
+    async def _end_turn(self, run: ActiveRun, messages_end: str) -> None:
+        await self.run_store.finish(run.run_id)
+        self.admission.release()
+        interrupted = messages_end == "interrupted"
+        stopped = bool(run.cancelled_by or interrupted or not self.accepting)
+        # What reached the run but was never read, and what waited undelivered.
+        leftovers = list(run.authors)
+        run.take_inbox()
+        if not run.lost:
+            waiting = await self.inbox.take(
+                run.key.key, run_id=run.run_id, holder=self.baton.instances.id,
+                questions_only=False,
+            )  # fmt: skip
+            leftovers += [(m.id, m.user_id, m.text, m.addressed) for m in waiting]
+        # Questions that came too late for this run are the thread's next turn (on
+        # this replica or, when this one is stopping, another); talk nobody read is
+        # dropped, and its authors told so.
+        again = [i for i, _, _, addressed in leftovers if addressed and not run.cancelled_by]
+        unread = [(a, t) for i, a, t, addressed in leftovers if i not in again]
+        await self.inbox.move(again, PENDING, only_from=[TAKEN])
+        await self.inbox.move([i for i, *_ in leftovers if i not in again], DROPPED,
+                              only_from=[TAKEN])  # fmt: skip
+        if not run.lost:
+            await self.inbox.end_run(run.run_id, INTERRUPTED_STATE if interrupted else DONE)
+        if unread:
+            who = ", ".join(sorted({f"<@{author}>" for author, _ in unread}))
+            why = (
+                "the run was cancelled"
+                if run.cancelled_by
+                else ("Baton is restarting" if stopped else "the run ended first")
+            )
+            self.spawn(
+                self._say(run, f"⊘ Not handled ({why}): the messages from {who} that came "
+                          "in while it worked. Mention me if they still matter."),
+                f"not-handled-{run.run_id}",
+            )  # fmt: skip
+        if again and not self.accepting:
+            await self.baton.signals.notify("steer", run.key.key)  # for another replica
+
+    async def _deliver(self, run: ActiveRun) -> None:
+        """Hand the thread's waiting messages to `run` (in Slack's order), each
+        acknowledged with a reaction."""
+        taken = await self.inbox.take(
+            run.key.key, run_id=run.run_id, holder=self.baton.instances.id, questions_only=False
+        )
+        for message in taken:
+            await self._steer(run, message)
+
+    async def _redelivered(self, channel: str, ts: str) -> None:
+        """A message Baton already took came again. Swallowed, unless its run was
+        interrupted by a restart (then a Retry is offered once) or the process that
+        took it died before looking at it (then it is handled here)."""
+        stored = await self.inbox.find(channel, ts)
+        if stored is None:
+            return
+        if stored.state == INTERRUPTED_STATE and stored.run_id:
+            if await self.inbox.move([stored.id], OFFERED, only_from=[INTERRUPTED_STATE]):
                 self.spawn(
-                    self._say(run, f"⊘ Not handled ({why}): the messages from {who} that came "
-                              "in while it worked. Mention me if they still matter."),
-                    f"not-handled-{run.run_id}",
-                )  # fmt: skip
-            if not stopped:
-                # Messages for Baton that came after the last LLM call: answer them too.
-                for author, leftover, addressed in leftovers:
-                    if addressed:
-                        self.spawn(
-                            self._follow_up(run, author, leftover, team_id=key.team_id),
-                            f"follow-up-{run.run_id}",
-                        )
+                    self._offer_retry(stored.channel_id, stored.thread_ts, stored.run_id),
+                    f"offer-retry-{stored.run_id}",
+                )
+        elif stored.state == NEW and stored.holder not in await self.baton.instances.alive():
+            self.spawn(self._dispatch_unclaimed(stored), f"redelivered-{stored.id}")
+
+    async def _offer_retry(self, channel: str, thread_ts: str, run_id: str) -> None:
+        post = interrupted_message(run_id, retry=True)
+        try:
+            await self.client.chat_postMessage(
+                channel=channel, thread_ts=thread_ts, text=post.text, blocks=post.blocks
+            )
+        except SlackApiError as exc:
+            logger.warning("could not offer a retry: %s", exc.response.get("error"))
+
+    async def retry(
+        self, run_id: str, *, user_id: str, team_id: str | None, enterprise_id: str | None,
+        user_team: str | None,
+    ) -> str | None:  # fmt: skip
+        """Run again what run `run_id` was asked before a restart interrupted it, with the
+        thread's history so far, as `user_id`'s turn. None when it starts (or waits for
+        the thread's turn); else why not, for that person alone."""
+        record = await self.run_store.get(run_id)
+        if record is None:
+            return "That run is not known here."
+        refusal = await self.access.may_start(
+            user_id=user_id, channel_id=record.channel_id,
+            is_dm=record.channel_id.startswith("D"), team_id=team_id,
+            user_team=user_team, enterprise_id=enterprise_id,
+        )  # fmt: skip
+        if refusal is not None:
+            return refusal.text
+        interrupted = await self.inbox.of_run(run_id, states=RETRYABLE)
+        if not interrupted or not await self.inbox.move(
+            [m.id for m in interrupted], RETRIED, only_from=RETRYABLE
+        ):
+            return "Nothing to retry: it was retried already, or it was not interrupted."
+        suffix = uuid.uuid4().hex[:8]
+        first = None
+        for message in interrupted:
+            copy = await self.inbox.receive(
+                session_key=message.session_key, channel_id=message.channel_id,
+                thread_ts=message.thread_ts, ts=f"{message.ts}~{suffix}",
+                user_id=user_id if message is interrupted[0] else message.user_id,
+                author_id=message.author_id, text=message.text,
+                holder=self.baton.instances.id, team_id=message.team_id,
+                user_team=user_team or message.user_team, enterprise_id=message.enterprise_id,
+                files=message.files, is_dm=message.is_dm,
+                addressed=message.addressed or message is interrupted[0], state=PENDING,
+            )  # fmt: skip
+            first = first or copy
+        if first is not None:
+            key = session_key_of(first)
+            local = self.threads.get(key.key)
+            if local is not None:
+                await self._deliver(local)
+            else:
+                self.spawn(self.take_turns(key), f"retry-{run_id}")
+        return None
+
+    async def pick_up(self) -> None:
+        """Questions no live process is answering: a dead receiver's unread messages are
+        read here; threads whose questions wait with nobody running their turn (their
+        process died or stopped) get their turn here."""
+        if not self.accepting:
+            return
+        alive = await self.baton.instances.alive()
+        for message in await self.inbox.unclaimed(alive=alive):
+            self.spawn(self._dispatch_unclaimed(message), f"unclaimed-{message.id}")
+        for message in await self.inbox.waiting(alive=alive):
+            key = session_key_of(message)
+            if key.key not in self.threads and key.key not in self._starting:
+                self._starting.add(key.key)
+                self.spawn(self._start_waiting(key), f"waiting-{message.id}")
+
+    async def _dispatch_unclaimed(self, message: ThreadMessage) -> None:
+        if await self.inbox.take_over(message, holder=self.baton.instances.id):
+            await self.dispatch(message)
+
+    async def _start_waiting(self, key: SessionKey) -> None:
+        try:
+            await self.take_turns(key)
+        finally:
+            self._starting.discard(key.key)
 
     async def _refuse(
         self, refusal: Refusal, *, user: str, channel: str, thread_ts: str, dm: bool
@@ -370,27 +603,12 @@ class SlackThreads:
         except SlackApiError as exc:
             logger.warning("could not post in the thread: %s", exc.response.get("error"))
 
-    async def _follow_up(
-        self, run: ActiveRun, author: str, text: str, *, team_id: str | None
-    ) -> None:
-        """Answer a message that arrived too late for the run it was meant for, as its own."""
-        event = {
-            "channel": run.channel,
-            "ts": f"{run.thread_ts}-followup-{uuid.uuid4().hex[:8]}",
-            "thread_ts": run.thread_ts,
-            "user": author,
-            "text": f"<@{self.bot_user_id}> {text}",
-        }
-        await self.handle_message(event, team_id=team_id)
-
-    async def _steer(
-        self, run: ActiveRun, user: str, text: str, *, ts: str, addressed: bool,
-        files: list[dict[str, Any]] | None = None,
-    ) -> None:  # fmt: skip
+    async def _steer(self, run: ActiveRun, message: ThreadMessage) -> None:
         """Pass a message (and its files) to the running agent, acknowledged with a reaction."""
+        user = message.user_id
         name = await self.names.name_of(user)
-        clean = mention_free(text, self.bot_user_id or "")
-        read = await self.files.prompt(clean, files)
+        clean = mention_free(message.text, self.bot_user_id or "")
+        read = await self.files.prompt(clean, list(message.files))
         run.inbox.append(
             ChatMessage(
                 role="user",
@@ -398,9 +616,11 @@ class SlackThreads:
                 images=read.images,
             )
         )
-        run.authors.append((user, clean, addressed))
+        run.authors.append((message.id, user, clean, message.addressed))
         try:
-            await self.client.reactions_add(channel=run.channel, timestamp=ts, name=SEEN_REACTION)
+            await self.client.reactions_add(
+                channel=message.channel_id, timestamp=message.ts, name=SEEN_REACTION
+            )
         except SlackApiError as exc:
             logger.info("could not acknowledge a steering message: %s", exc.response.get("error"))
 
@@ -422,7 +642,8 @@ class SlackThreads:
     async def _run(
         self, run: ActiveRun, *, ts: str, text: str, is_dm: bool,
         files: list[dict[str, Any]] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> str:  # fmt: skip
+        """Run the turn; returns its final status (as its progress message shows it)."""
         clean = mention_free(text, self.bot_user_id or "")
         direct = parse_direct_agent(clean)
         agents = self.baton.site_for(run.channel).agents
@@ -433,7 +654,7 @@ class SlackThreads:
                 thread_ts=run.thread_ts,
                 text=f"I have no agent named `{direct[0]}`. Available agents: {available}.",
             )
-            return
+            return "✗ Unknown agent"
         progress = ProgressMessage(
             self.client, channel=run.channel, thread_ts=run.thread_ts, run_id=run.run_id
         )
@@ -479,7 +700,7 @@ class SlackThreads:
                     refusal, user=run.user_id, channel=run.channel, thread_ts=run.thread_ts,
                     dm=is_dm,
                 )  # fmt: skip
-                return
+                return final
             progress.set_status(WORKING)
             status_task = self.spawn(self._keep_status(run), f"status-{run.run_id}")
             started = time.monotonic()
@@ -491,8 +712,9 @@ class SlackThreads:
             else:
                 prompt = await self.files.prompt(clean, files)
                 final = await self._run_main(
-                    run, progress, stream, ts, prompt.text, started, images=prompt.images
-                )
+                    run, progress, stream, ts.partition("~")[0], prompt.text, started,
+                    images=prompt.images,
+                )  # fmt: skip
         except asyncio.CancelledError:
             if run.cancelled_by:
                 final = f"⊘ Cancelled by <@{run.cancelled_by}>"
@@ -522,8 +744,9 @@ class SlackThreads:
                 # Ended without its answer (cancelled, failed): keep what was written.
                 await asyncio.shield(stream.abandon())
             await asyncio.shield(asyncio.wait([posting]))  # the final state needs the message
-            await asyncio.shield(progress.finish(final))
+            await asyncio.shield(progress.finish(final, retry=final == INTERRUPTED))
             metrics.record_run(run_outcome(final))
+        return final
 
     def _budget(self, run: ActiveRun) -> RunBudget:
         return RunBudget(
@@ -555,7 +778,8 @@ class SlackThreads:
         *,
         images: Sequence[ImagePart] = (),
     ) -> str:
-        name = await self.names.name_of(run.user_id)
+        author = run.author_id or run.user_id
+        name = await self.names.name_of(author)
         context = await self._thread_context(run, ts)
         child_usage: dict[str, tuple[str, int]] = {}
         done: Done | None = None
@@ -563,7 +787,7 @@ class SlackThreads:
         budget = self._budget(run)
         async for event in self.baton.site_for(run.channel).conversations.run_turn(
             run.key,
-            f"[{name} <@{run.user_id}>] {text}",
+            f"[{name} <@{author}>] {text}",
             meter=budget,
             user_id=run.user_id,
             approval=self._approval_for(run),
@@ -803,45 +1027,84 @@ class SlackThreads:
         run.task.cancel()
         return run
 
-    def _watch_cancels(self) -> None:
+    def _watch_runs(self) -> None:
+        """While this process runs turns: cancels and steering that reached other
+        replicas reach them (woken by a signal, or by polling at worst)."""
         if self._cancel_watch is None or self._cancel_watch.done():
             self._cancel_watch = asyncio.create_task(self._cancels(), name="run-cancel-watch")
+        if self._steer_watch is None or self._steer_watch.done():
+            self._steer_watch = asyncio.create_task(self._steering(), name="run-steer-watch")
 
     async def _cancels(self) -> None:
         """Cancel runs of this process that a click on another replica asked to stop."""
-        while self.runs:
-            await asyncio.sleep(CANCEL_WATCH_S)
-            try:
-                requests = await self.run_store.cancel_requests(self.baton.instances.id)
-            except Exception:
-                logger.exception("could not read cancel requests")
-                continue
-            for record in requests:
-                if record.cancel_requested_by:
-                    self.cancel_run(record.id, record.cancel_requested_by)
+        woken = self.baton.signals.subscribe("cancel")
+        try:
+            while self.runs:
+                await woken.wait(CANCEL_WATCH_S)
+                try:
+                    requests = await self.run_store.cancel_requests(self.baton.instances.id)
+                except Exception:
+                    logger.exception("could not read cancel requests")
+                    continue
+                for record in requests:
+                    if record.cancel_requested_by:
+                        self.cancel_run(record.id, record.cancel_requested_by)
+        finally:
+            woken.close()
+
+    async def _steering(self) -> None:
+        """Hand this process's runs the messages other replicas stored for their threads."""
+        woken = self.baton.signals.subscribe("steer")
+        try:
+            while self.runs:
+                await woken.wait(STEER_WATCH_S)
+                for run in list(self.runs.values()):
+                    if run.session_id is None:
+                        continue  # not started yet: it takes what waits when it starts
+                    try:
+                        await self._deliver(run)
+                    except Exception:
+                        logger.exception("could not hand waiting messages to run %s", run.run_id)
+        finally:
+            woken.close()
 
     async def close_orphaned_runs(self) -> None:
-        """Progress messages of runs whose process is gone: say so, remove Cancel."""
+        """Runs whose process is gone: their thread is told the run was interrupted by a
+        restart, with a Retry button that runs its question again (one replica does
+        this for each run: the one that closes it)."""
         for record in await self.run_store.orphans(alive=await self.baton.instances.alive()):
-            if record.progress_ts:
-                final = INTERRUPTED
-                try:
+            if not await self.run_store.close(record.id):
+                continue  # another replica closed it first
+            retryable = await self.inbox.end_run(record.id, INTERRUPTED_STATE) > 0
+            post = interrupted_message(record.id, retry=retryable)
+            try:
+                if record.progress_ts:
                     await self.client.chat_update(
                         channel=record.channel_id,
                         ts=record.progress_ts,
-                        text=final,
-                        blocks=progress_blocks([], run_id=record.id, running=False, status=final),
+                        text=INTERRUPTED,
+                        blocks=progress_blocks(
+                            [], run_id=record.id, running=False, status=INTERRUPTED,
+                            retry=retryable,
+                        ),
+                    )  # fmt: skip
+                elif retryable:
+                    await self.client.chat_postMessage(
+                        channel=record.channel_id,
+                        thread_ts=record.thread_ts,
+                        text=post.text,
+                        blocks=post.blocks,
                     )
-                except SlackApiError as exc:
-                    logger.info(
-                        "could not close progress %s: %s", record.id, exc.response.get("error")
-                    )
-            await self.run_store.finish(record.id)
+            except SlackApiError as exc:
+                logger.info(
+                    "could not report interrupted run %s: %s", record.id, exc.response.get("error")
+                )
 
     async def stop_watching(self) -> None:
-        if self._cancel_watch is not None:
-            self._cancel_watch.cancel()
-            await asyncio.gather(self._cancel_watch, return_exceptions=True)
+        watches = [w for w in (self._cancel_watch, self._steer_watch) if w is not None]
+        for watch in watches:
+            watch.cancel()
+        await asyncio.gather(*watches, return_exceptions=True)
 
     def redacted_task(self, record: TaskRecord) -> TaskRecord:
         """`record` as people may see it: its error without credentials."""
@@ -871,6 +1134,15 @@ class SlackThreads:
             messages=[AnswerMessage(text=post.text, blocks=post.blocks)],
             file=post.file,
         )
+
+
+def session_key_of(message: ThreadMessage) -> SessionKey:
+    """The session (thread, or DM conversation) a stored message belongs to."""
+    return SessionKey.slack_thread(
+        team_id=message.team_id or "-",
+        channel_id=message.channel_id,
+        thread_ts=DM_CONVERSATION if message.is_dm else message.thread_ts,
+    )
 
 
 def direct_header(agent: str, task_id: str) -> str:

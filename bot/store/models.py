@@ -233,3 +233,50 @@ class SlackRateRow(SQLModel, table=True):
 
     key: str = Field(primary_key=True, max_length=128)
     tat: float = 0.0
+
+
+class ThreadMessageRow(SQLModel, table=True):
+    """A person's message for a thread's turns, stored when it is taken from Slack.
+
+    Taking it (inserting the row: channel and ts are unique) is what makes a retried
+    or duplicate delivery start nothing. Its `state` then follows it: ``new`` until
+    its receiver has checked who sent it, ``pending`` while it waits for the thread's
+    turn, ``taken`` once a run has it (as its question or as steering), then ``done``,
+    ``dropped`` (talk nobody acted on), ``refused``, or ``interrupted`` (its run's
+    process stopped: it can be retried). `holder` is the process answerable for it
+    while it is ``new`` or ``taken``.
+    """
+
+    __tablename__ = "thread_messages"
+    __table_args__ = (UniqueConstraint("channel_id", "ts"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_key: str = Field(max_length=255, index=True)
+    channel_id: str = Field(max_length=32)
+    thread_ts: str = Field(max_length=32)  # where answers go
+    ts: str = Field(max_length=64)  # Slack's; within a thread, the order of the messages
+    user_id: str = Field(max_length=32)  # whose turn it is: who may spend, who approves
+    author_id: str = Field(max_length=32)  # who wrote the text (a Retry runs another's question)
+    team_id: str | None = Field(default=None, max_length=32)
+    user_team: str | None = Field(default=None, max_length=32)
+    enterprise_id: str | None = Field(default=None, max_length=32)
+    text: str = Field(default="", sa_column=Column(Text, nullable=False))
+    files: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON))
+    is_dm: bool = False
+    addressed: bool = True  # it asked Baton (a mention, a DM); else talk that may steer a run
+    state: str = Field(default="new", max_length=16, index=True)
+    holder: str | None = Field(default=None, max_length=64, index=True)
+    run_id: str | None = Field(default=None, max_length=64, index=True)
+    created_at: datetime = _timestamp(nullable=False)
+
+
+class ThreadLeaseRow(SQLModel, table=True):
+    """Which process runs a thread's turn now: at most one, across every replica."""
+
+    __tablename__ = "thread_leases"
+
+    session_key: str = Field(primary_key=True, max_length=255)
+    owner: str = Field(max_length=64, index=True)
+    run_id: str = Field(max_length=64)
+    direct: bool = False  # an `@agent` run: it reads no steering
+    created_at: datetime = _timestamp(nullable=False)

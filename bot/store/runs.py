@@ -153,6 +153,18 @@ class RunStore:
     async def finish(self, run_id: str) -> None:
         await self._update(run_id, state=FINISHED)
 
+    async def close(self, run_id: str) -> bool:
+        """Finish a run still running or queued; True if this call did (of replicas
+        closing a dead process's run together, one does)."""
+        async with self.database.sessions() as session:
+            outcome = await session.exec(
+                update(RunRow)
+                .where(col(RunRow.id) == run_id, col(RunRow.state).in_((RUNNING, QUEUED)))
+                .values(state=FINISHED)
+            )
+            await session.commit()
+            return outcome.rowcount == 1
+
     async def request_cancel(self, run_id: str, *, by: str) -> bool:
         """Ask the owning process to cancel; False if the run is neither running nor queued."""
         async with self.database.sessions() as session:

@@ -120,7 +120,8 @@ async def test_a_run_still_going_after_the_grace_ends_interrupted_not_cancelled(
     await harness.surface.stop(0.5)
     assert time.monotonic() - started < 5
     thread = json.dumps(harness.thread("C1", ts), ensure_ascii=False)
-    assert f"✗ {INTERRUPTED}; ask again" in thread
+    assert f"✗ {INTERRUPTED}: Retry runs it again" in thread
+    assert "baton_retry_run" in thread
     assert "Cancelled" not in thread
     assert interrupted_runs() == before + 1
     assert not harness.surface.threads.runs
@@ -262,7 +263,7 @@ async def test_sigterm_drains_answers_503_and_exits_0(tmp_path: Path) -> None:
     assert refused == 503
     assert len(llm.requests) == 1  # the events refused while draining started nothing
     thread = json.dumps(slack.thread_messages("C1", ts), ensure_ascii=False)
-    assert f"✗ {INTERRUPTED}; ask again" in thread, stderr
+    assert f"✗ {INTERRUPTED}: Retry runs it again" in thread, stderr
     assert "Cancelled" not in thread
 
 

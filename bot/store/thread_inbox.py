@@ -1,0 +1,367 @@
+"""People's messages for threads, kept from the moment they are taken from Slack, and
+the lease that lets one process at a time run a thread's turn, across every replica.
+
+A message's life: ``new`` (stored before Slack is answered; its receiver then checks
+who sent it) → ``pending`` (waiting for the thread's turn) → ``taken`` (a run has it,
+as its question or as steering) → ``done``. Talk nobody acted on ends ``dropped``, a
+refused message ``refused``; a message whose run's process stopped ends
+``interrupted`` (and ``offered`` once a redelivery offered to retry it), until a Retry
+makes it ``retried``.
+
+Within a thread, messages are taken in Slack's order (their ts), whichever replica
+received them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, func, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, select
+
+from bot.store.database import Database
+from bot.store.models import ThreadLeaseRow, ThreadMessageRow
+
+NEW = "new"
+PENDING = "pending"
+TAKEN = "taken"
+DONE = "done"
+DROPPED = "dropped"
+REFUSED = "refused"
+INTERRUPTED = "interrupted"
+OFFERED = "offered"
+RETRIED = "retried"
+RETRYABLE = (INTERRUPTED, OFFERED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadMessage:
+    id: int
+    session_key: str
+    channel_id: str
+    thread_ts: str
+    ts: str
+    user_id: str
+    author_id: str
+    team_id: str | None
+    user_team: str | None
+    enterprise_id: str | None
+    text: str
+    files: tuple[dict[str, Any], ...]
+    is_dm: bool
+    addressed: bool
+    state: str
+    holder: str | None
+    run_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    session_key: str
+    owner: str
+    run_id: str
+    direct: bool
+
+
+def _message(row: ThreadMessageRow) -> ThreadMessage:
+    assert row.id is not None
+    return ThreadMessage(
+        id=row.id,
+        session_key=row.session_key,
+        channel_id=row.channel_id,
+        thread_ts=row.thread_ts,
+        ts=row.ts,
+        user_id=row.user_id,
+        author_id=row.author_id,
+        team_id=row.team_id,
+        user_team=row.user_team,
+        enterprise_id=row.enterprise_id,
+        text=row.text,
+        files=tuple(row.files or ()),
+        is_dm=row.is_dm,
+        addressed=row.addressed,
+        state=row.state,
+        holder=row.holder,
+        run_id=row.run_id,
+    )
+
+
+class ThreadInbox:
+    """Stores thread messages and hands them to runs; grants and releases thread leases."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    # ------------------------------------------------------------------ messages
+
+    async def receive(
+        self,
+        *,
+        session_key: str,
+        channel_id: str,
+        thread_ts: str,
+        ts: str,
+        user_id: str,
+        text: str,
+        holder: str,
+        author_id: str | None = None,
+        team_id: str | None = None,
+        user_team: str | None = None,
+        enterprise_id: str | None = None,
+        files: Sequence[dict[str, Any]] = (),
+        is_dm: bool = False,
+        addressed: bool = True,
+        state: str = NEW,
+    ) -> ThreadMessage | None:
+        """Store a message; None if one with its channel and ts is stored already (a
+        retried or duplicate delivery). Database errors propagate: the caller must not
+        tell Slack the message was taken."""
+        row = ThreadMessageRow(
+            session_key=session_key,
+            channel_id=channel_id,
+            thread_ts=thread_ts,
+            ts=ts,
+            user_id=user_id,
+            author_id=author_id or user_id,
+            team_id=team_id,
+            user_team=user_team,
+            enterprise_id=enterprise_id,
+            text=text,
+            files=list(files),
+            is_dm=is_dm,
+            addressed=addressed,
+            state=state,
+            holder=holder if state in (NEW, TAKEN) else None,
+        )
+        try:
+            async with self.database.sessions() as session:
+                session.add(row)
+                await session.commit()
+                await session.refresh(row)
+        except IntegrityError:
+            return None
+        return _message(row)
+
+    async def get(self, message_id: int) -> ThreadMessage | None:
+        async with self.database.sessions() as session:
+            row = await session.get(ThreadMessageRow, message_id)
+            return _message(row) if row else None
+
+    async def find(self, channel_id: str, ts: str) -> ThreadMessage | None:
+        async with self.database.sessions() as session:
+            result = await session.exec(
+                select(ThreadMessageRow).where(
+                    ThreadMessageRow.channel_id == channel_id, ThreadMessageRow.ts == ts
+                )
+            )
+            row = result.first()
+            return _message(row) if row else None
+
+    async def move(
+        self, message_ids: Collection[int], state: str, *, only_from: Collection[str]
+    ) -> int:
+        """Set the state of those of `message_ids` in one of `only_from`; how many moved.
+        Leaving ``taken`` (or ``new``) frees the message of its holder."""
+        if not message_ids:
+            return 0
+        values: dict[str, object] = {"state": state}
+        if state not in (NEW, TAKEN):
+            values["holder"] = None
+        if state == PENDING:
+            values["run_id"] = None
+        async with self.database.sessions() as session:
+            outcome = await session.exec(
+                update(ThreadMessageRow)
+                .where(
+                    col(ThreadMessageRow.id).in_(list(message_ids)),
+                    col(ThreadMessageRow.state).in_(list(only_from)),
+                )
+                .values(**values)
+            )
+            await session.commit()
+            return int(outcome.rowcount or 0)
+
+    async def take_over(self, message: ThreadMessage, *, holder: str) -> bool:
+        """Become the holder of a ``new`` message whose holder died; False if another
+        process did first (or the message moved on)."""
+        async with self.database.sessions() as session:
+            outcome = await session.exec(
+                update(ThreadMessageRow)
+                .where(
+                    col(ThreadMessageRow.id) == message.id,
+                    ThreadMessageRow.state == NEW,
+                    col(ThreadMessageRow.holder) == message.holder,
+                )
+                .values(holder=holder)
+            )
+            await session.commit()
+            return outcome.rowcount == 1
+
+    async def take(
+        self, session_key: str, *, run_id: str, holder: str, questions_only: bool
+    ) -> list[ThreadMessage]:
+        """Hand a thread's pending messages to run `run_id`, oldest (by ts) first: only
+        the oldest message that asked Baton (a turn's question), or every pending one
+        (steering). A message another process took meanwhile is not returned."""
+        async with self.database.sessions() as session:
+            query = select(ThreadMessageRow).where(
+                ThreadMessageRow.session_key == session_key, ThreadMessageRow.state == PENDING
+            )
+            if questions_only:
+                query = query.where(col(ThreadMessageRow.addressed).is_(True))
+            result = await session.exec(
+                query.order_by(col(ThreadMessageRow.ts), col(ThreadMessageRow.id))
+            )
+            rows = list(result.all())
+            if questions_only:
+                rows = rows[:1]
+            taken = []
+            for row in rows:
+                outcome = await session.exec(
+                    update(ThreadMessageRow)
+                    .where(col(ThreadMessageRow.id) == row.id, ThreadMessageRow.state == PENDING)
+                    .values(state=TAKEN, run_id=run_id, holder=holder)
+                )
+                if outcome.rowcount == 1:
+                    row.state, row.run_id, row.holder = TAKEN, run_id, holder
+                    taken.append(_message(row))
+            await session.commit()
+            return taken
+
+    async def has_questions(self, session_key: str) -> bool:
+        """Whether a message that asked Baton waits for the thread's next turn."""
+        async with self.database.sessions() as session:
+            result = await session.exec(
+                select(func.count()).where(
+                    ThreadMessageRow.session_key == session_key,
+                    ThreadMessageRow.state == PENDING,
+                    col(ThreadMessageRow.addressed).is_(True),
+                )
+            )
+            return bool(result.one())
+
+    async def of_run(self, run_id: str, *, states: Collection[str]) -> list[ThreadMessage]:
+        """The messages run `run_id` had, in one of `states`, in thread order."""
+        async with self.database.sessions() as session:
+            result = await session.exec(
+                select(ThreadMessageRow)
+                .where(
+                    ThreadMessageRow.run_id == run_id,
+                    col(ThreadMessageRow.state).in_(list(states)),
+                )
+                .order_by(col(ThreadMessageRow.ts), col(ThreadMessageRow.id))
+            )
+            return [_message(row) for row in result.all()]
+
+    async def end_run(self, run_id: str, state: str) -> int:
+        """Every message run `run_id` still has taken ends in `state` (``done`` or
+        ``interrupted``)."""
+        async with self.database.sessions() as session:
+            values: dict[str, object] = {"state": state, "holder": None}
+            outcome = await session.exec(
+                update(ThreadMessageRow)
+                .where(ThreadMessageRow.run_id == run_id, ThreadMessageRow.state == TAKEN)
+                .values(**values)
+            )
+            await session.commit()
+            return int(outcome.rowcount or 0)
+
+    async def unclaimed(self, *, alive: Collection[str]) -> list[ThreadMessage]:
+        """Messages stored as ``new`` by a process that died before looking at them."""
+        async with self.database.sessions() as session:
+            result = await session.exec(
+                select(ThreadMessageRow)
+                .where(
+                    ThreadMessageRow.state == NEW,
+                    col(ThreadMessageRow.holder).not_in(list(alive)),
+                )
+                .order_by(col(ThreadMessageRow.ts), col(ThreadMessageRow.id))
+            )
+            return [_message(row) for row in result.all()]
+
+    async def waiting(self, *, alive: Collection[str]) -> list[ThreadMessage]:
+        """Per thread with a question waiting and no live process running its turn,
+        the oldest such question (so someone starts that thread's turn)."""
+        async with self.database.sessions() as session:
+            live = select(ThreadLeaseRow.session_key).where(
+                col(ThreadLeaseRow.owner).in_(list(alive))
+            )
+            result = await session.exec(
+                select(ThreadMessageRow)
+                .where(
+                    ThreadMessageRow.state == PENDING,
+                    col(ThreadMessageRow.addressed).is_(True),
+                    col(ThreadMessageRow.session_key).not_in(live),
+                )
+                .order_by(col(ThreadMessageRow.ts), col(ThreadMessageRow.id))
+            )
+            first: dict[str, ThreadMessage] = {}
+            for row in result.all():
+                first.setdefault(row.session_key, _message(row))
+            return list(first.values())
+
+    # -------------------------------------------------------------------- leases
+
+    async def lease(
+        self, session_key: str, *, owner: str, run_id: str, alive: Collection[str]
+    ) -> bool:
+        """Take the thread's lease for run `run_id`; False while a live process holds
+        it. A lease left by a process that is gone is taken over."""
+        try:
+            async with self.database.sessions() as session:
+                session.add(ThreadLeaseRow(session_key=session_key, owner=owner, run_id=run_id))
+                await session.commit()
+                return True
+        except IntegrityError:
+            pass
+        async with self.database.sessions() as session:
+            # Re-checked by the database as it updates: of two processes taking over a
+            # dead owner's lease, the second finds a live owner and gets nothing.
+            outcome = await session.exec(
+                update(ThreadLeaseRow)
+                .where(
+                    ThreadLeaseRow.session_key == session_key,
+                    col(ThreadLeaseRow.owner).not_in(list(alive)),
+                )
+                .values(owner=owner, run_id=run_id, direct=False, created_at=func.now())
+            )
+            await session.commit()
+            return outcome.rowcount == 1
+
+    async def mark_direct(self, session_key: str, run_id: str) -> None:
+        """The lease's run is an `@agent` run: talk in its thread does not steer it."""
+        async with self.database.sessions() as session:
+            await session.exec(
+                update(ThreadLeaseRow)
+                .where(ThreadLeaseRow.session_key == session_key, ThreadLeaseRow.run_id == run_id)
+                .values(direct=True)
+            )
+            await session.commit()
+
+    async def release(self, session_key: str, run_id: str) -> None:
+        async with self.database.sessions() as session:
+            await session.exec(
+                delete(ThreadLeaseRow).where(
+                    ThreadLeaseRow.session_key == session_key, ThreadLeaseRow.run_id == run_id
+                )
+            )
+            await session.commit()
+
+    async def holder(self, session_key: str, *, alive: Collection[str]) -> Lease | None:
+        """Who runs the thread's turn now, if that process is alive."""
+        async with self.database.sessions() as session:
+            row = await session.get(ThreadLeaseRow, session_key)
+            if row is None or row.owner not in alive:
+                return None
+            return Lease(row.session_key, row.owner, row.run_id, row.direct)
+
+    async def forget_dead_leases(self, *, alive: Collection[str]) -> int:
+        async with self.database.sessions() as session:
+            outcome = await session.exec(
+                delete(ThreadLeaseRow).where(col(ThreadLeaseRow.owner).not_in(list(alive)))
+            )
+            await session.commit()
+            return int(outcome.rowcount or 0)
