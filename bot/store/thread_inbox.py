@@ -115,6 +115,7 @@ class ThreadInbox:
         is_dm: bool = False,
         addressed: bool = True,
         state: str = NEW,
+        run_id: str | None = None,
     ) -> ThreadMessage | None:
         """Store a message; None if one with its channel and ts is stored already (a
         retried or duplicate delivery). Database errors propagate: the caller must not
@@ -135,6 +136,7 @@ class ThreadInbox:
             addressed=addressed,
             state=state,
             holder=holder if state in (NEW, TAKEN) else None,
+            run_id=run_id,
         )
         try:
             async with self.database.sessions() as session:
