@@ -387,6 +387,7 @@ class SlackThreads:
             # After the release: a question stored while this process held the lease
             # (whose receiver then found the lease taken) is seen here.
             if not await self.inbox.has_questions(key.key):
+                await self.inbox.drop_talk(key.key)
                 return
 
     async def _turn(self, key: SessionKey, question: ThreadMessage, run_id: str) -> None:

@@ -233,6 +233,22 @@ class ThreadInbox:
             await session.commit()
             return taken
 
+    async def drop_talk(self, session_key: str) -> int:
+        """Talk (no question) still waiting in a thread whose turn is over: nobody reads
+        it now, and a later turn must not take it as said while it worked."""
+        async with self.database.sessions() as session:
+            outcome = await session.exec(
+                update(ThreadMessageRow)
+                .where(
+                    ThreadMessageRow.session_key == session_key,
+                    ThreadMessageRow.state == PENDING,
+                    col(ThreadMessageRow.addressed).is_(False),
+                )
+                .values(state=DROPPED, holder=None)
+            )
+            await session.commit()
+            return int(outcome.rowcount or 0)
+
     async def has_questions(self, session_key: str) -> bool:
         """Whether a message that asked Baton waits for the thread's next turn."""
         async with self.database.sessions() as session:

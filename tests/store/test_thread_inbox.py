@@ -118,3 +118,14 @@ async def test_a_duplicate_delivery_is_not_stored_twice(
         ) for i in range(8))
     )  # fmt: skip
     assert sum(r is not None for r in results) == 1
+
+
+async def test_talk_left_after_a_turn_is_dropped_not_kept_for_the_next(
+    replicas: tuple[ThreadInbox, ThreadInbox],
+) -> None:
+    one, _ = replicas
+    await store(one, "1700000004.000001", addressed=False)
+    await store(one, "1700000004.000002")
+    assert await one.drop_talk(KEY) == 1
+    rest = await one.take(KEY, run_id="r1", holder="a", questions_only=False)
+    assert [m.ts for m in rest] == ["1700000004.000002"]
