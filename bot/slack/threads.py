@@ -1059,9 +1059,15 @@ class SlackThreads:
         try:
             while self.runs:
                 await woken.wait(STEER_WATCH_S)
-                for run in list(self.runs.values()):
-                    if run.session_id is None:
-                        continue  # not started yet: it takes what waits when it starts
+                # Not started yet: a run takes what waits when it starts.
+                started = {r.key.key: r for r in self.runs.values() if r.session_id is not None}
+                try:
+                    waiting = await self.inbox.with_pending(started)
+                except Exception:
+                    logger.exception("could not look for messages waiting for runs")
+                    continue
+                for key in waiting:
+                    run = started[key]
                     try:
                         await self._deliver(run)
                     except Exception:

@@ -249,6 +249,21 @@ class ThreadInbox:
             await session.commit()
             return int(outcome.rowcount or 0)
 
+    async def with_pending(self, session_keys: Collection[str]) -> set[str]:
+        """Those of `session_keys` with a message waiting (one query for many threads)."""
+        if not session_keys:
+            return set()
+        async with self.database.sessions() as session:
+            result = await session.exec(
+                select(ThreadMessageRow.session_key)
+                .where(
+                    col(ThreadMessageRow.session_key).in_(list(session_keys)),
+                    ThreadMessageRow.state == PENDING,
+                )
+                .distinct()
+            )
+            return set(result.all())
+
     async def has_questions(self, session_key: str) -> bool:
         """Whether a message that asked Baton waits for the thread's next turn."""
         async with self.database.sessions() as session:
