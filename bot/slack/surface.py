@@ -258,6 +258,7 @@ class SlackSurface:
         await self.baton.instances.forget_dead()
         if prune:
             await self.baton.events.prune()
+            await self.threads.inbox.prune()
 
     async def _maintain(self) -> None:
         # A replica that died while this one runs leaves work behind: take care of it.

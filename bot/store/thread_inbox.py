@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, update
@@ -23,7 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from bot.store.database import Database
-from bot.store.models import ThreadLeaseRow, ThreadMessageRow
+from bot.store.models import ThreadLeaseRow, ThreadMessageRow, utcnow
 
 NEW = "new"
 PENDING = "pending"
@@ -35,6 +36,11 @@ INTERRUPTED = "interrupted"
 OFFERED = "offered"
 RETRIED = "retried"
 RETRYABLE = (INTERRUPTED, OFFERED)
+# States nothing acts on again. An interrupted message keeps its Retry for as long as
+# Slack may redeliver it and people may scroll back: the same week as the rest.
+FINAL = (DONE, DROPPED, REFUSED, RETRIED, INTERRUPTED, OFFERED)
+# Slack redelivers within minutes; a week of messages is far more than any retry needs.
+KEEP_MESSAGES = timedelta(days=7)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -335,6 +341,19 @@ class ThreadInbox:
             for row in result.all():
                 first.setdefault(row.session_key, _message(row))
             return list(first.values())
+
+    async def prune(self, older_than: timedelta = KEEP_MESSAGES) -> int:
+        """Forget messages older than `older_than` that nothing will act on again (their
+        text lives on in the session's history); returns how many were removed."""
+        async with self.database.sessions() as session:
+            outcome = await session.exec(
+                delete(ThreadMessageRow).where(
+                    col(ThreadMessageRow.created_at) < utcnow() - older_than,
+                    col(ThreadMessageRow.state).in_(FINAL),
+                )
+            )
+            await session.commit()
+            return int(outcome.rowcount or 0)
 
     # -------------------------------------------------------------------- leases
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,16 @@ async def test_talk_left_after_a_turn_is_dropped_not_kept_for_the_next(
     assert await one.drop_talk(KEY) == 1
     rest = await one.take(KEY, run_id="r1", holder="a", questions_only=False)
     assert [m.ts for m in rest] == ["1700000004.000002"]
+
+
+async def test_old_finished_messages_are_pruned_waiting_ones_kept(
+    replicas: tuple[ThreadInbox, ThreadInbox],
+) -> None:
+    one, _ = replicas
+    done = await store(one, "1700000005.000001")
+    waiting = await store(one, "1700000005.000002")
+    await one.move([done], "done", only_from=[PENDING])
+    assert await one.prune(older_than=timedelta(seconds=-1)) == 1
+    assert await one.get(done) is None
+    assert await one.get(waiting) is not None
+    assert await one.prune() == 0  # nothing a week old
