@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
+import pytest
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from sqlalchemy import text as text_sql
 
 from bot.app import build_baton
 from bot.slack.surface import SlackSurface
@@ -52,3 +55,54 @@ async def test_a_mention_over_socket_mode_is_acked_and_answered(tmp_path: Path) 
                 await surface.stop(5)
                 await baton.close()
         assert slack.calls_to("apps.connections.open")[0].token == "xapp-test"
+
+
+async def test_a_message_the_database_cannot_take_is_not_acked_over_socket_mode(
+    tmp_path: Path,
+) -> None:
+    """Unacknowledged, Slack sends the envelope again; the retry, once the database is
+    back, is acknowledged and answered (the question is not lost)."""
+    async with FakeSlackAPI(bot_user_id=BOT) as slack, FakeOpenAI() as llm:
+        slack.add_user(ALICE, "alice", display_name="Alice")
+        async with FakeSocketMode(slack) as socket:
+            settings = make_settings(
+                tmp_path, llm.url, slack_bot_token="xoxb-test", slack_app_token="xapp-test",
+                slack_signing_secret=None, slack_api_url=slack.url,
+            )  # fmt: skip
+            baton = await build_baton(settings)
+            surface = SlackSurface(baton)
+            await surface.start()
+            handler = AsyncSocketModeHandler(surface.app, settings.slack_app_token)
+            try:
+                await handler.connect_async()
+                await socket.wait_connected()
+                ts = next_ts()
+                text = f"<@{BOT}> are you there?"
+                slack.add_message("C1", text, ALICE, ts=ts)
+                payload = {
+                    "type": "event_callback", "team_id": "T0001", "event_id": "EvSockDb",
+                    "event_time": int(time.time()),
+                    "event": {"type": "app_mention", "user": ALICE, "text": text, "ts": ts,
+                              "channel": "C1", "event_ts": ts},
+                }  # fmt: skip
+                async with baton.database.sessions() as db:
+                    await db.exec(text_sql("ALTER TABLE thread_messages RENAME TO away"))  # type: ignore[call-overload]
+                    await db.commit()
+                first = await socket.send("events_api", payload)
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(socket.wait_ack(first), 1.0)
+                assert not llm.requests
+                async with baton.database.sessions() as db:
+                    await db.exec(text_sql("ALTER TABLE away RENAME TO thread_messages"))  # type: ignore[call-overload]
+                    await db.commit()
+                llm.script(Reply(text="Here after all."))
+                again = await socket.send("events_api", payload)
+                await socket.wait_ack(again)
+                await until(
+                    lambda: any("Here after all." in str(m)
+                                for m in slack.thread_messages("C1", ts))
+                )  # fmt: skip
+            finally:
+                await handler.close_async()
+                await surface.stop(5)
+                await baton.close()
