@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run chat test lint bench clean
+.PHONY: run chat test test-postgres lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ chat: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check bot tests bench
 	$(BIN)/python -m pytest -q
+
+# The Slack end-to-end suites again, each harness on a fresh PostgreSQL database of its
+# own; needs BATON_TEST_POSTGRES_URL (a server where the user may create databases).
+test-postgres: $(STAMP)
+	BATON_TEST_DATABASE=postgresql $(BIN)/python -m pytest -q tests/slack tests/security
 
 lint: $(STAMP)
 	$(BIN)/ruff check bot tests bench

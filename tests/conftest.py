@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import ipaddress
+import os
 import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -18,6 +20,50 @@ from bot.tools.workspace import Workspace
 from tests.fakes.openai_api import FakeOpenAI
 
 TEST_RETRY_DEADLINE_S = 2.0
+# Which database the Slack end-to-end harness runs on: "sqlite" (the default) or
+# "postgresql" (a fresh database per harness on BATON_TEST_POSTGRES_URL's server).
+TEST_DATABASE_KINDS = ("sqlite", "postgresql")
+
+
+def harness_database_kind() -> str:
+    """BATON_TEST_DATABASE, checked: asking for PostgreSQL without a server is an error,
+    never a quiet fall back to SQLite."""
+    kind = os.environ.get("BATON_TEST_DATABASE", "").strip().lower() or "sqlite"
+    if kind not in TEST_DATABASE_KINDS:
+        raise pytest.UsageError(
+            f"BATON_TEST_DATABASE={kind!r}: expected one of {', '.join(TEST_DATABASE_KINDS)}"
+        )
+    if kind == "postgresql" and not os.environ.get("BATON_TEST_POSTGRES_URL"):
+        raise pytest.UsageError(
+            "BATON_TEST_DATABASE=postgresql needs BATON_TEST_POSTGRES_URL (a server where "
+            "the user may create databases), e.g. postgresql://user:pw@127.0.0.1:5432/postgres"
+        )
+    return kind
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    harness_database_kind()  # a wrong or unusable BATON_TEST_DATABASE stops the run at once
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On PostgreSQL, only the tests that build the Slack harness (in the test's module or
+    in one of its fixtures' modules) run: the others would only repeat the SQLite pass."""
+    if harness_database_kind() != "postgresql":
+        return
+    from tests.slack import harness
+
+    def builds_harness(item: pytest.Item) -> bool:
+        modules = {getattr(item, "module", None)}
+        info = getattr(item, "_fixtureinfo", None)
+        for definitions in info.name2fixturedefs.values() if info else ():
+            modules.update(inspect.getmodule(d.func) for d in definitions)
+        return any(getattr(m, "start_harness", None) is harness.start_harness for m in modules)
+
+    kept = [item for item in items if builds_harness(item)]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if not builds_harness(i)])
+        items[:] = kept
+
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex

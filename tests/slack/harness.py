@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -20,7 +21,8 @@ from bot.app import Baton, build_baton
 from bot.slack.rate_budget import RateBudget
 from bot.slack.server import EVENTS_PATH, HttpServer
 from bot.slack.surface import SlackSurface
-from tests.conftest import make_settings
+from tests.conftest import harness_database_kind, make_settings
+from tests.databases import fresh_postgres
 from tests.fakes.openai_api import FakeOpenAI
 from tests.fakes.slack_api import FakeSlackAPI
 
@@ -207,7 +209,20 @@ async def start_harness(
 ) -> AsyncIterator[SlackHarness]:
     """The bot on the fakes. Slack calls are paced by `rate_budget`: by default Slack's
     limits a hundred times as fast (the fake does not enforce limits unless asked;
-    tests of pacing and the benchmarks pass a real `RateBudget()`)."""
+    tests of pacing and the benchmarks pass a real `RateBudget()`).
+
+    The database is SQLite in `tmp_path`, or with BATON_TEST_DATABASE=postgresql a fresh
+    PostgreSQL database of its own, dropped afterwards (unless `database_url` is given)."""
+    async with contextlib.AsyncExitStack() as stack:
+        if "database_url" not in overrides and harness_database_kind() == "postgresql":
+            overrides["database_url"] = await stack.enter_async_context(fresh_postgres())
+        async for harness in _start_harness(tmp_path, rate_budget=rate_budget, **overrides):
+            yield harness
+
+
+async def _start_harness(
+    tmp_path: Path, *, rate_budget: RateBudget | None, **overrides: Any
+) -> AsyncIterator[SlackHarness]:
     async with FakeSlackAPI(bot_user_id=BOT) as slack, FakeOpenAI() as llm:
         slack.add_user(ALICE, "alice", real_name="Alice Liddell", display_name="Alice")
         slack.add_user(BOB, "bob", real_name="Bob Dylan", display_name="Bob")
