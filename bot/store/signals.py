@@ -41,6 +41,9 @@ ADMISSION = "admission"
 # PostgreSQL refuses payloads of 8000 bytes or more (default build); keys are cut.
 MAX_PAYLOAD_BYTES = 7999
 CONNECT_TIMEOUT_S = 5.0
+# A notify waits no longer for the database than this: the caller (a click, a task's
+# end) must not hang on a signal that the poll would replace anyway.
+NOTIFY_TIMEOUT_S = 5.0
 # How often an idle listener connection is checked (a silently dead TCP connection
 # raises no event), and how long the check may take.
 CHECK_EVERY_S = 15.0
@@ -117,7 +120,10 @@ class Signals:
             logger.warning("signal topic %r has a ':'; not sent to other replicas", topic)
             return
         try:
-            async with self.database.engine.connect() as connection:
+            async with (
+                asyncio.timeout(NOTIFY_TIMEOUT_S),
+                self.database.engine.connect() as connection,
+            ):
                 await connection.execute(
                     text("SELECT pg_notify(:channel, :payload)"),
                     {"channel": CHANNEL, "payload": payload(topic, key)},
