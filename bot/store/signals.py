@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from typing import Any
 
 from sqlalchemy import text
@@ -50,6 +51,9 @@ CHECK_EVERY_S = 15.0
 CHECK_TIMEOUT_S = 5.0
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 10.0
+# Backend pids of the pooled connections this process notified from, newest last; far
+# more than a pool holds.
+OWN_PIDS_KEPT = 64
 
 
 class Subscription:
@@ -90,6 +94,9 @@ class Signals:
         self._lost = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
         self._closed = False
+        # Our own notifications come back through our listener: already delivered here,
+        # they are recognised by the sending backend's pid and not delivered twice.
+        self._own_pids: OrderedDict[int, None] = OrderedDict()
 
     async def start(self) -> None:
         """Start listening (PostgreSQL); never raises: a database that is down is retried."""
@@ -124,10 +131,12 @@ class Signals:
                 asyncio.timeout(NOTIFY_TIMEOUT_S),
                 self.database.engine.connect() as connection,
             ):
-                await connection.execute(
-                    text("SELECT pg_notify(:channel, :payload)"),
+                sent = await connection.execute(
+                    text("SELECT pg_backend_pid() FROM (SELECT pg_notify(:channel, :payload)) n"),
                     {"channel": CHANNEL, "payload": payload(topic, key)},
                 )
+                # Known before the commit that delivers it, so the echo is recognised.
+                self._remember_own(int(sent.scalar_one()))
                 await connection.commit()
         except Exception as exc:
             logger.warning("could not send signal %r: %s", topic, _describe(exc))
@@ -190,9 +199,17 @@ class Signals:
         if connection is self._connection:
             self._lost.set()
 
-    def _on_notification(self, _connection: Any, _pid: int, _channel: str, body: str) -> None:
+    def _on_notification(self, _connection: Any, pid: int, _channel: str, body: str) -> None:
+        if pid in self._own_pids:
+            return  # sent by this process, whose subscribers were woken then
         topic, _, _key = body.partition(":")
         self._wake(topic)
+
+    def _remember_own(self, pid: int) -> None:
+        self._own_pids[pid] = None
+        self._own_pids.move_to_end(pid)
+        while len(self._own_pids) > OWN_PIDS_KEPT:
+            self._own_pids.popitem(last=False)
 
     async def _keep_listening(self) -> None:
         """Watch the listener connection; open it again, with backoff, when it is lost."""
