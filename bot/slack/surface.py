@@ -199,6 +199,7 @@ class SlackSurface:
             self_approval=settings.self_approval,
             task_log=baton.tracker.append_log,
             poll_s=approval_poll_s,
+            signals=baton.signals,
         )
         self.access = AccessPolicy(settings.access, self.directory, approvers=settings.approvers)
         self.threads = SlackThreads(

@@ -168,7 +168,9 @@ class SlackThreads:
         # database URLs, SQL parameters and headers.
         self.redact = baton.redact
         self.run_store = RunStore(baton.database)
-        self.admission = Admission(self.run_store, baton.instances, limits, poll_s=admission_poll_s)
+        self.admission = Admission(
+            self.run_store, baton.instances, limits, poll_s=admission_poll_s, signals=baton.signals
+        )
         self._cancel_watch: asyncio.Task[None] | None = None
         self.names = directory
         self.files = FileReader(client)
