@@ -38,7 +38,7 @@ from bot.store.rate import rate_store_for
 logger = logging.getLogger(__name__)
 
 # A dead replica's work is reported within its heartbeat's expiry (STALE_AFTER_S in
-# bot/store/instances.py, 8 s) plus one sweep: under 10 s.
+# bot/store/instances.py, 6 s) plus one sweep: under 10 s.
 MAINTENANCE_EVERY_S = 1.0
 # Old event claims are few and need no hurry: they are forgotten once a minute.
 PRUNE_EVERY_SWEEPS = 60

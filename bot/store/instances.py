@@ -39,12 +39,13 @@ logger = logging.getLogger(__name__)
 
 # How often a process writes its heartbeat. Several beats fit in STALE_AFTER_S, so
 # one slow or failed beat (a busy database, a short failover) does not kill it.
-HEARTBEAT_EVERY_S = 2.0
+HEARTBEAT_EVERY_S = 1.5
 # An instance whose last heartbeat is older than this, by the database's clock, is
 # dead: its work may be failed or expired. With the others sweeping every
 # MAINTENANCE_EVERY_S (bot/slack/surface.py, 1 s), a dead replica's work is reported
-# within STALE_AFTER_S + one sweep of its last heartbeat (< 10 s).
-STALE_AFTER_S = 8.0
+# within STALE_AFTER_S + one sweep of its last heartbeat: about 7 s, well inside the
+# 10 s promised, with four beats to miss before a live process is taken for dead.
+STALE_AFTER_S = 6.0
 
 LostCallback = Callable[[], Awaitable[None] | None]
 
