@@ -23,7 +23,7 @@ async def hang() -> Reply:
 
 async def test_kill_9_of_a_replica_is_reported_by_the_other_within_10_s(tmp_path: Path) -> None:
     async with cluster(tmp_path) as c:
-        a, _ = await c.start(2)
+        a, b = await c.start(2)
 
         async def respond(request: RecordedRequest) -> Reply:
             asked = text_of(request.messages)
@@ -81,6 +81,19 @@ async def test_kill_9_of_a_replica_is_reported_by_the_other_within_10_s(tmp_path
             if "interrupted by a restart" in text_of(m).lower()
         ]  # fmt: skip
         assert len(reports) == 1, text_of(reports)
+        # The interrupted run offers Retry; pressed on B, B runs the question again with
+        # the thread's history so far, and answers it.
+        retry = c.find_button("C1", foreground, "baton_retry_run")
+        assert retry is not None, c.thread_text("C1", foreground)
+        c.llm.responder = None
+        c.llm.script(Reply(text="ANSWER-AFTER-RETRY"))
+        assert await c.click(b, retry) == 200
+        await c.until(
+            lambda: "ANSWER-AFTER-RETRY" in c.thread_text("C1", foreground),
+            what="the retried question answered by B",
+        )
+        asked = text_of(c.llm.requests[-1].messages)
+        assert asked.count("a long question") == 1, asked
 
 
 async def test_a_rolling_restart_loses_nothing(tmp_path: Path) -> None:
