@@ -57,6 +57,8 @@ PROGRESS_LINE_CHARS = 300
 _CODE_OVERHEAD = len("```\n\n```")
 _CODE_TOKEN = re.compile(r"&(?:amp|lt|gt);|`\u200b``|.", re.DOTALL)
 # A feedback button's value: the rating, then the run id (as `runs.id` allows).
+# How Baton records who cancelled a task (bot/slack/listeners.py): a user mention.
+_CANCELLED_BY = re.compile(r"cancelled by <@([UW][A-Z0-9]{1,20})>")
 _FEEDBACK_VALUE = re.compile(r"(good|bad):([A-Za-z0-9_-]{1,64})")
 
 
@@ -264,6 +266,15 @@ def _usage(task: TaskRecord) -> str:
     return format_tokens(task.prompt_tokens, task.completion_tokens)
 
 
+def _with_canceller(escaped: str, task: TaskRecord) -> str:
+    """An escaped line in which the person who cancelled `task` shows as a mention (Baton
+    wrote "cancelled by <@U…>" itself); any other `<@…>` stays escaped text."""
+    match = _CANCELLED_BY.fullmatch(" ".join((task.error or "").split()))
+    if task.state != "cancelled" or match is None:
+        return escaped
+    return escaped.replace(f"cancelled by &lt;@{match[1]}&gt;", f"cancelled by <@{match[1]}>")
+
+
 def _headline(task: TaskRecord) -> str:
     """ "✓ explore · task-explore-3 · done · 12.3 s · 1,234 in / 56 out tokens"."""
     parts = [f"{_mark(task)} {task.agent}", task.id, state_in_words(task)]
@@ -341,8 +352,9 @@ def task_finished_message(task: TaskRecord) -> TaskPostBack:
         note = f"_… the full result ({len(body):,} characters) is in the attached file {filename}._"
         shown = f"{preview}\n\n{note}"
         file = AnswerFile(filename=filename, title=f"Result of {task.id}", content=body)
-    blocks = [_context(escape_mrkdwn(headline)), {"type": "markdown", "text": shown}]
-    text = fit_text(f"{escape_mrkdwn(headline)}\n{mrkdwn_fallback(shown)}")
+    line = _with_canceller(escape_mrkdwn(headline), task)
+    blocks = [_context(line), {"type": "markdown", "text": shown}]
+    text = fit_text(f"{line}\n{mrkdwn_fallback(shown)}")
     return TaskPostBack(text=text, blocks=blocks, file=file)
 
 

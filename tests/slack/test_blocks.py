@@ -555,3 +555,16 @@ def test_home_view_lists_at_most_15_tasks() -> None:
 def test_states_are_said_in_words(state: str, error: str | None, words: str) -> None:
     task = replace(make_task(), state=state, error=error)
     assert state_in_words(task) == words
+
+
+def test_who_cancelled_a_task_shows_as_a_mention_and_nothing_else_does() -> None:
+    post = task_finished_message(make_task(state="cancelled", error="cancelled by <@U2>"))
+    headline = post.blocks[0]["elements"][0]["text"]
+    assert "cancelled by <@U2>" in headline and "&lt;@U2&gt;" not in headline
+    # A failure's words are the model's or a tool's: a mention or ping in them stays text.
+    for error in ("cancelled by <!channel>", "cancelled by <@U2> and <@U3>"):
+        post = task_finished_message(make_task(state="cancelled", error=error))
+        headline = post.blocks[0]["elements"][0]["text"]
+        assert "<!channel>" not in headline and "<@U3>" not in headline
+    post = task_finished_message(make_task(state="failed", error="cancelled by <@U2>"))
+    assert "<@U2>" not in post.blocks[0]["elements"][0]["text"]
