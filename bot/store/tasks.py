@@ -14,7 +14,7 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store.database import Database
-from bot.store.models import TaskLogRow, TaskRow, TaskSequenceRow, as_utc, utcnow
+from bot.store.models import TaskLogRow, TaskRow, TaskSequenceRow, UsageRow, as_utc, utcnow
 
 TaskState = Literal["running", "completed", "failed", "cancelled"]
 FINISHED_STATES: tuple[TaskState, ...] = ("completed", "failed", "cancelled")
@@ -215,8 +215,21 @@ class TaskStore:
         prompt_tokens: int = 0,
         completion_tokens: int = 0,
     ) -> TaskRecord | None:
-        """End a running task; None if it had already ended (the first ending wins)."""
+        """End a running task; None if it had already ended (the first ending wins).
+
+        A task ended from outside (cancelled, here or on another replica; failed by a
+        shutdown) has no count of its own: what its model calls spent so far, as the
+        usage ledger has it, is recorded instead, so its cost does not read as zero.
+        """
         async with self.database.sessions() as session:
+            if prompt_tokens == 0 and completion_tokens == 0:
+                spent = await session.exec(
+                    select(
+                        func.coalesce(func.sum(UsageRow.prompt_tokens), 0),
+                        func.coalesce(func.sum(UsageRow.completion_tokens), 0),
+                    ).where(UsageRow.task_id == task_id)
+                )
+                prompt_tokens, completion_tokens = (int(n) for n in spent.one())
             outcome = await session.exec(
                 update(TaskRow)
                 .where(col(TaskRow.id) == task_id, col(TaskRow.state) == "running")

@@ -139,3 +139,32 @@ async def test_app_home_shows_counts_and_the_viewers_tasks(harness: SlackHarness
     assert call.params["user_id"] == ALICE
     rendered = json.dumps(call.params["view"], ensure_ascii=False)
     assert "⚙ 1 running · 0 done" in rendered and "task-explore-1" in rendered
+
+
+async def test_a_cancelled_task_reports_what_it_spent_until_then(harness: SlackHarness) -> None:
+    """Its child made a model call before the cancel: the thread and /tasks show that
+    call's tokens, not zero."""
+    replies = [background("read every file"), Reply(text="started")]
+    child_calls = 0
+
+    async def respond(request: RecordedRequest) -> Reply:
+        nonlocal child_calls
+        if is_main(request):
+            return replies.pop(0)
+        child_calls += 1
+        if child_calls == 1:
+            return Reply(tool_calls=[ToolCallSpec("list_files", {"path": "."}, id="l1")])
+        await asyncio.Event().wait()
+        return Reply(text="never")
+
+    harness.llm.responder = respond
+    ts = await harness.mention("start it")
+    await until(lambda: child_calls == 2)
+    await harness.click("baton_cancel_task", "task-explore-1", user=ALICE)
+    await until(lambda: "cancelled by" in json.dumps(harness.thread("C1", ts)))
+    detail = await harness.baton.tracker.get("task-explore-1")
+    assert detail is not None and detail.task.state == "cancelled"
+    assert detail.task.prompt_tokens > 0 and detail.task.completion_tokens > 0
+    finished = [m for m in harness.thread("C1", ts) if "cancelled by" in json.dumps(m)][-1]
+    assert "0 in / 0 out" not in json.dumps(finished, ensure_ascii=False)
+    assert f"{detail.task.prompt_tokens:,} in" in json.dumps(finished, ensure_ascii=False)
