@@ -97,6 +97,8 @@ CANCEL_WATCH_S = 1.0
 STEER_WATCH_S = 1.0
 # A run that shutdown stopped, here or in a process that is gone.
 INTERRUPTED = "✗ Interrupted by a restart: Retry runs it again"
+# A run still queued for a slot when shutdown began: its question waits again.
+HANDED_OVER = "↪ Not started here: Baton is restarting; it starts on the next free replica"
 # After the grace period, how long stopped runs may take for their last Slack calls.
 INTERRUPT_WAIT_S = 5.0
 STOP_MARKS = {
@@ -137,6 +139,8 @@ class ActiveRun:
     team_id: str | None = None  # the team of the person who asked (their streams go to them)
     lost: bool = False  # another replica took this process for dead and closed the run
     author_id: str | None = None  # who wrote the question, when not `user_id` (a Retry)
+    admitted: bool = False  # past the queue of `limits`: it has started its work
+    handed_over: bool = False  # stopped before it started, for another process to run
 
     def take_inbox(self) -> list[ChatMessage]:
         taken = list(self.inbox)
@@ -213,6 +217,13 @@ class SlackThreads:
         """Stop taking work and let what is going on (and what it starts, such as the
         notes a finished run posts) finish, for up to `grace_s` seconds."""
         self.accepting = False
+        # Runs still queued for a slot have done nothing yet: rather than wait here, they
+        # go back to the thread's waiting questions, for another replica (or this
+        # service's next process) to run.
+        for run in list(self.runs.values()):
+            if not run.admitted and run.task is not None:
+                run.handed_over = True
+                run.task.cancel()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         while (pending := [t for t in self._tasks if not t.done()]) and (
@@ -432,7 +443,9 @@ class SlackThreads:
             if outcome == INTERRUPTED:
                 messages_end = "interrupted"
         except asyncio.CancelledError:
-            if run.lost or (not self.accepting and not run.cancelled_by):
+            if run.handed_over:
+                messages_end = "handed_over"
+            elif run.lost or (not self.accepting and not run.cancelled_by):
                 messages_end = "interrupted"
             raise
         finally:
@@ -444,6 +457,13 @@ class SlackThreads:
     async def _end_turn(self, run: ActiveRun, messages_end: str) -> None:
         await self.run_store.finish(run.run_id)
         self.admission.release()
+        if messages_end == "handed_over":
+            # It never started: its question (and what reached it) waits again, in the
+            # thread's order, and whoever runs the thread next reads it all.
+            held = await self.inbox.of_run(run.run_id, states=[TAKEN])
+            await self.inbox.move([m.id for m in held], PENDING, only_from=[TAKEN])
+            await self.baton.signals.notify("steer", run.key.key)
+            return
         interrupted = messages_end == "interrupted"
         stopped = bool(run.cancelled_by or interrupted or not self.accepting)
         # What reached the run but was never read, and what waited undelivered.
@@ -690,6 +710,7 @@ class SlackThreads:
                 progress.set_status(queued_status(place))
 
             await self.admission.wait(run.run_id, run.user_id, on_queued=show_queued)
+            run.admitted = True
             # A run that waited was checked against the daily budget before it did:
             # an earlier run may have spent the budget meanwhile.
             refusal = (
@@ -719,7 +740,9 @@ class SlackThreads:
                     images=prompt.images,
                 )  # fmt: skip
         except asyncio.CancelledError:
-            if run.cancelled_by:
+            if run.handed_over:
+                final = HANDED_OVER
+            elif run.cancelled_by:
                 final = f"⊘ Cancelled by <@{run.cancelled_by}>"
             elif run.lost or not self.accepting:
                 # Shutdown stopped it at the end of the grace period, or this process
@@ -1183,6 +1206,8 @@ def run_outcome(final: str) -> str:
         return "refused"
     if final.startswith("✗ Interrupted"):
         return "interrupted"
+    if final.startswith("↪"):
+        return "handed_over"
     return "failed"
 
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 import signal
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +16,24 @@ import aiohttp
 import pytest
 
 from bot import metrics
-from bot.config import DEFAULT_SHUTDOWN_GRACE_S, load_settings
+from bot.app import build_baton
+from bot.config import DEFAULT_SHUTDOWN_GRACE_S, LimitsConfig, load_settings
 from bot.errors import ConfigError
+from bot.slack.surface import SlackSurface
 from bot.subagents.tracker import RESTART_REASON
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.processes import wait_until_healthy
-from tests.slack.harness import ALICE, BOT, TEAM, SlackHarness, next_ts, sign, until
+from tests.slack.harness import (
+    ALICE,
+    BOT,
+    TEAM,
+    SlackHarness,
+    next_ts,
+    sign,
+    start_harness,
+    until,
+)
 from tests.slack.test_operable import environment, start_bot
 
 INTERRUPTED = "Interrupted by a restart"
@@ -288,3 +300,56 @@ def test_the_grace_period_comes_from_baton_yaml_or_the_environment(
     (tmp_path / "baton.yaml").write_text("shutdown_grace_s: -1\n")
     with pytest.raises(ConfigError, match="shutdown_grace_s"):
         load_settings(cwd=tmp_path)
+
+
+@pytest.fixture
+async def capped(tmp_path: Path) -> AsyncIterator[SlackHarness]:
+    """One run per person at a time: a second mention of Alice's waits in the queue."""
+    async for value in start_harness(tmp_path, limits=LimitsConfig(runs_per_user=1)):
+        yield value
+
+
+async def test_a_run_still_queued_at_shutdown_is_handed_to_the_next_process(
+    capped: SlackHarness,
+) -> None:
+    """Queued behind the caps, it had done nothing: it does not wait out the grace, nor
+    end interrupted. Its question waits again, and the next process (a replica, or this
+    service restarted) answers it, without anyone asking twice."""
+    harness = capped
+    release = asyncio.Event()
+
+    async def respond(request: RecordedRequest) -> Reply:
+        if "FIRST JOB" in json.dumps(request.messages):
+            await release.wait()
+            return Reply(text="FIRST ANSWER")
+        return Reply(text="SECOND ANSWER")
+
+    harness.llm.responder = respond
+    first = await harness.mention("FIRST JOB")
+    await until(lambda: len(harness.llm.requests) == 1)
+    second = await harness.mention("SECOND JOB")
+    await until(lambda: "Queued" in json.dumps(
+        [c.params for c in harness.slack.calls_to("chat.update")]
+        + harness.thread("C1", second)))  # fmt: skip
+    stopping = asyncio.create_task(harness.surface.stop(10))
+    await until(lambda: "Not started here" in json.dumps(
+        [c.params for c in harness.slack.calls_to("chat.update")], ensure_ascii=False,
+    ))  # fmt: skip
+    assert not stopping.done()  # the first run still finishes within the grace
+    release.set()
+    await stopping
+    assert "FIRST ANSWER" in json.dumps(harness.thread("C1", first))
+    assert len(harness.llm.requests) == 1  # the second never reached the model here
+    # The next process on the same database takes the waiting question.
+    nxt = await build_baton(harness.baton.settings)
+    surface = SlackSurface(nxt, approval_poll_s=0.05)
+    await surface.start()
+    try:
+        await until(lambda: "SECOND ANSWER" in json.dumps(harness.thread("C1", second)))
+        asked = [r for r in harness.llm.requests if "SECOND JOB" in json.dumps(r.messages)]
+        assert len(asked) == 1
+        thread = json.dumps(harness.thread("C1", second), ensure_ascii=False)
+        assert "Cancelled" not in thread and "Interrupted" not in thread
+    finally:
+        await surface.stop(5)
+        await nxt.close()
