@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.context
 	$(BIN)/python -m bench.slack_budget
 	$(BIN)/python -m bench.streaming
+	$(BIN)/python -m bench.replicas
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -1,4 +1,5 @@
-"""Bolt listeners: each acks at once and hands the work to an owned asyncio task."""
+"""Bolt listeners: each acks at once and hands the work to an owned asyncio task (a
+message for Baton is stored first, by the intake middleware, so that an ack means kept)."""
 
 from __future__ import annotations
 

@@ -321,14 +321,6 @@ class SlackThreads:
             return Lease(session_key, self.baton.instances.id, local.run_id, local.direct)
         return await self.inbox.holder(session_key, alive=await self.baton.instances.alive())
 
-    async def handle_message(
-        self, event: dict[str, Any], *, team_id: str | None, enterprise_id: str | None = None
-    ) -> None:
-        """Take a message from Slack and act on it (`intake`, then `dispatch`)."""
-        stored = await self.intake(event, team_id=team_id, enterprise_id=enterprise_id)
-        if stored is not None:
-            await self.dispatch(stored)
-
     async def dispatch(self, message: ThreadMessage) -> None:
         """After Slack is answered: who may start runs (and steer them) is checked before
         anything else happens, a refusal going to that person alone. Then the message
