@@ -11,7 +11,7 @@ class Refusal:
 
     Attributes:
         reason: A short machine-friendly reason (``not_listed``, ``guest``, ``external``,
-            ``channel``, ``user_budget``, ``channel_budget``, ``unknown_person``).
+            ``channel``, ``user_budget``, ``channel_budget``, ``unknown_person``, ``check_failed``).
         text: The message shown to that person alone: what happened and whom to ask.
     """
 

@@ -47,6 +47,7 @@ from bot.slack.blocks import (
     task_finished_message,
 )
 from bot.slack.directory import SlackDirectory
+from bot.slack.events import parse_message_event, slack_id_or_none
 from bot.slack.files import FileReader
 from bot.slack.progress import ProgressMessage
 from bot.slack.rate_budget import NoRoom, Priority, RateBudget
@@ -274,16 +275,20 @@ class SlackThreads:
         """
         if not self.accepting or not self.is_from_a_person(event):
             return None
+        parsed = parse_message_event(event)
+        if parsed is None:
+            return None
+        team_id, enterprise_id = slack_id_or_none(team_id), slack_id_or_none(enterprise_id)
         await self.identify()
-        channel = event["channel"]
-        ts = event["ts"]
-        thread_ts = event.get("thread_ts") or ts
-        text = event.get("text") or ""
-        is_dm = event.get("channel_type") == "im" or channel.startswith("D")
+        channel = parsed.channel
+        ts = parsed.ts
+        thread_ts = parsed.thread_ts or ts
+        text = parsed.text
+        is_dm = parsed.channel_type == "im" or channel.startswith("D")
         mentioned = bool(self.bot_user_id) and f"<@{self.bot_user_id}" in text
         # A DM is one continuing conversation, whatever message it is in reply to.
         key = SessionKey.slack_thread(
-            team_id=team_id or event.get("team") or "-",
+            team_id=team_id or parsed.team or "-",
             channel_id=channel,
             thread_ts=DM_CONVERSATION if is_dm else thread_ts,
         )
@@ -301,13 +306,13 @@ class SlackThreads:
             channel_id=channel,
             thread_ts=thread_ts,
             ts=ts,
-            user_id=event["user"],
+            user_id=parsed.user,
             text=text,
             holder=self.baton.instances.id,
             team_id=key.team_id,
-            user_team=event.get("user_team") or team_id or event.get("team"),
+            user_team=parsed.user_team or team_id or parsed.team,
             enterprise_id=enterprise_id,
-            files=event.get("files") or (),
+            files=parsed.files,
             is_dm=is_dm,
             addressed=addressed,
         )
@@ -330,20 +335,33 @@ class SlackThreads:
         key = session_key_of(message)
         local = self.threads.get(key.key)
         lease = await self._lease_of(key.key)
-        refusal = await self.access.may_start(
-            user_id=message.user_id,
-            channel_id=message.channel_id,
-            is_dm=message.is_dm,
-            team_id=message.team_id if message.team_id != "-" else None,
-            user_team=message.user_team,
-            enterprise_id=message.enterprise_id,
-        )
-        if refusal is None and lease is None and message.addressed:
-            refusal = await self.budgets.refusal(
-                user_id=message.user_id, channel_id=message.channel_id
+        try:
+            refusal = await self.access.may_start(
+                user_id=message.user_id,
+                channel_id=message.channel_id,
+                is_dm=message.is_dm,
+                team_id=message.team_id if message.team_id != "-" else None,
+                user_team=message.user_team,
+                enterprise_id=message.enterprise_id,
+            )
+            if refusal is None and lease is None and message.addressed:
+                refusal = await self.budgets.refusal(
+                    user_id=message.user_id, channel_id=message.channel_id
+                )
+        except Exception as exc:
+            # Who sent it could not be checked (Slack or the database failing): nothing
+            # runs on it, and its sender is told to ask again.
+            logger.exception("could not check who may act on message %s", message.id)
+            refusal = Refusal(
+                reason="check_failed",
+                text=self.redact(
+                    f"I could not check who may ask me ({type(exc).__name__}); "
+                    "please ask again in a moment."
+                ),
             )
         if refusal is not None:
             await self.inbox.move([message.id], REFUSED, only_from=[NEW])
+            await self._wake(key)  # what came after it in the thread waited for this check
             if message.addressed:
                 await self._refuse(
                     refusal, user=message.user_id, channel=message.channel_id,
@@ -362,12 +380,19 @@ class SlackThreads:
             return
         if not await self.inbox.move([message.id], PENDING, only_from=[NEW]):
             return  # another replica took it over meanwhile (it took this one for dead)
-        if local is not None or (local := self.threads.get(key.key)) is not None:
-            await self._deliver(local)
-        elif lease is not None and lease.owner != self.baton.instances.id:
-            await self.baton.signals.notify("steer", key.key)
+        if local is not None or (lease is not None and lease.owner != self.baton.instances.id):
+            await self._wake(key)
         else:
             await self.take_turns(key)
+
+    async def _wake(self, key: SessionKey) -> None:
+        """Have the thread's running turn read what waits for it: here at once, on
+        another replica through a signal."""
+        local = self.threads.get(key.key)
+        if local is not None:
+            await self._deliver(local)
+        else:
+            await self.baton.signals.notify("steer", key.key)
 
     async def take_turns(self, key: SessionKey) -> None:
         """Run the thread's turns while questions wait for them, holding its lease; if
@@ -703,15 +728,16 @@ class SlackThreads:
 
             await self.admission.wait(run.run_id, run.user_id, on_queued=show_queued)
             run.admitted = True
-            # A run that waited was checked against the daily budget before it did:
-            # an earlier run may have spent the budget meanwhile.
-            refusal = (
-                await self.budgets.refusal(user_id=run.user_id, channel_id=run.channel)
-                if queued
-                else None
-            )
+            # Checked again as the turn starts: a run that waited in the queue, or a
+            # question that waited for the thread's turn (its asker's budget was not
+            # checked when it arrived beside a running turn), may find it spent.
+            refusal = await self.budgets.refusal(user_id=run.user_id, channel_id=run.channel)
             if refusal is not None:
-                final = "✗ Not started: the daily token budget was spent while it waited"
+                final = (
+                    "✗ Not started: the daily token budget was spent while it waited"
+                    if queued
+                    else "✗ Not started: the daily token budget is spent"
+                )
                 await self._refuse(
                     refusal, user=run.user_id, channel=run.channel, thread_ts=run.thread_ts,
                     dm=is_dm,

@@ -39,6 +39,8 @@ RETRYABLE = (INTERRUPTED, OFFERED)
 # States nothing acts on again. An interrupted message keeps its Retry for as long as
 # Slack may redeliver it and people may scroll back: the same week as the rest.
 FINAL = (DONE, DROPPED, REFUSED, RETRIED, INTERRUPTED, OFFERED)
+# How long a message whose sender is still being checked holds back later ones.
+ORDER_WAIT = timedelta(seconds=30)
 # Slack redelivers within minutes; a week of messages is far more than any retry needs.
 KEEP_MESSAGES = timedelta(days=7)
 
@@ -220,6 +222,21 @@ class ThreadInbox:
             )
             if questions_only:
                 query = query.where(col(ThreadMessageRow.addressed).is_(True))
+            else:
+                # An older message still being checked (who sent it, may they steer)
+                # comes first: what came after it waits for it, so the run reads the
+                # thread in Slack's order. Not for long: a check that never ended (its
+                # process died) holds nothing back after ORDER_WAIT.
+                checking = await session.exec(
+                    select(func.min(ThreadMessageRow.ts)).where(
+                        ThreadMessageRow.session_key == session_key,
+                        ThreadMessageRow.state == NEW,
+                        col(ThreadMessageRow.created_at) > utcnow() - ORDER_WAIT,
+                    )
+                )
+                first_unchecked = checking.one()
+                if first_unchecked is not None:
+                    query = query.where(col(ThreadMessageRow.ts) < first_unchecked)
             result = await session.exec(
                 query.order_by(col(ThreadMessageRow.ts), col(ThreadMessageRow.id))
             )
