@@ -453,12 +453,10 @@ class SlackThreads:
                 state="queued",
             )
             await self._deliver(run)  # what came in while the lease was taken
-            outcome = await self._run(
+            await self._run(
                 run, ts=question.ts, text=question.text, is_dm=question.is_dm,
                 files=list(question.files),
             )  # fmt: skip
-            if outcome == INTERRUPTED:
-                messages_end = "interrupted"
         except asyncio.CancelledError:
             if run.handed_over:
                 messages_end = "handed_over"
@@ -496,14 +494,13 @@ class SlackThreads:
         # this replica or, when this one is stopping, another); talk nobody read is
         # dropped, and its authors told so.
         again = [i for i, _, _, addressed in leftovers if addressed and not run.cancelled_by]
-        unread = [(a, t) for i, a, t, addressed in leftovers if i not in again]
+        unread = [(i, author) for i, author, _, _ in leftovers if i not in again]
         await self.inbox.move(again, PENDING, only_from=[TAKEN])
-        await self.inbox.move([i for i, *_ in leftovers if i not in again], DROPPED,
-                              only_from=[TAKEN])  # fmt: skip
+        await self.inbox.move([i for i, _ in unread], DROPPED, only_from=[TAKEN])
         if not run.lost:
             await self.inbox.end_run(run.run_id, INTERRUPTED_STATE if interrupted else DONE)
         if unread:
-            who = ", ".join(sorted({f"<@{author}>" for author, _ in unread}))
+            who = ", ".join(sorted({f"<@{author}>" for _, author in unread}))
             why = (
                 "the run was cancelled"
                 if run.cancelled_by
@@ -682,8 +679,7 @@ class SlackThreads:
     async def _run(
         self, run: ActiveRun, *, ts: str, text: str, is_dm: bool,
         files: list[dict[str, Any]] | None = None,
-    ) -> str:  # fmt: skip
-        """Run the turn; returns its final status (as its progress message shows it)."""
+    ) -> None:  # fmt: skip
         clean = mention_free(text, self.bot_user_id or "")
         direct = parse_direct_agent(clean)
         agents = self.baton.site_for(run.channel).agents
@@ -694,7 +690,7 @@ class SlackThreads:
                 thread_ts=run.thread_ts,
                 text=f"I have no agent named `{direct[0]}`. Available agents: {available}.",
             )
-            return "✗ Unknown agent"
+            return
         progress = ProgressMessage(
             self.client, channel=run.channel, thread_ts=run.thread_ts, run_id=run.run_id
         )
@@ -742,7 +738,7 @@ class SlackThreads:
                     refusal, user=run.user_id, channel=run.channel, thread_ts=run.thread_ts,
                     dm=is_dm,
                 )  # fmt: skip
-                return final
+                return
             progress.set_status(WORKING)
             status_task = self.spawn(self._keep_status(run), f"status-{run.run_id}")
             started = time.monotonic()
@@ -790,7 +786,6 @@ class SlackThreads:
             await asyncio.shield(asyncio.wait([posting]))  # the final state needs the message
             await asyncio.shield(progress.finish(final, retry=final == INTERRUPTED))
             metrics.record_run(run_outcome(final))
-        return final
 
     def _budget(self, run: ActiveRun) -> RunBudget:
         return RunBudget(
