@@ -46,6 +46,10 @@ class TaskTracker:
         self._sweeper: asyncio.Task[None] | None = None
         self._callbacks: list[FinishCallback] = []
         self._children: dict[str, asyncio.Task[Any]] = {}
+        # Children whose ending this process wrote (the child's own, or a cancel here):
+        # the sweep, which stops children ended elsewhere, leaves them to end by
+        # themselves (a child that just recorded its result must not be cancelled).
+        self._ended_here: set[str] = set()
         self._notifications: set[asyncio.Task[None]] = set()
         # Serialises this process's background starts (the store makes counting and
         # recording one step across replicas; this keeps them from queueing there).
@@ -122,6 +126,8 @@ class TaskTracker:
         prompt_tokens: int = 0,
         completion_tokens: int = 0,
     ) -> TaskRecord | None:
+        if task_id in self._children:
+            self._ended_here.add(task_id)
         record = await self.store.finish(
             task_id,
             state=state,
@@ -130,7 +136,9 @@ class TaskTracker:
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
         )
-        if record is not None:
+        if record is None:
+            self._ended_here.discard(task_id)  # it had ended elsewhere first
+        else:
             self._notify(record)
             if self.signals is not None:
                 # A cancel that reached this replica stops the child on its owner at once.
@@ -157,7 +165,12 @@ class TaskTracker:
     def attach(self, task_id: str, child: asyncio.Task[Any]) -> None:
         """Know a running child's asyncio task, so `cancel` can stop it."""
         self._children[task_id] = child
-        child.add_done_callback(lambda _: self._children.pop(task_id, None))
+
+        def gone(_: asyncio.Task[Any]) -> None:
+            self._children.pop(task_id, None)
+            self._ended_here.discard(task_id)
+
+        child.add_done_callback(gone)
         if self._sweeper is None or self._sweeper.done():
             # Subscribed here, not in the sweep, so a signal sent before the sweep
             # first runs is kept for it.
@@ -187,7 +200,7 @@ class TaskTracker:
             return
         for task_id, state in states.items():
             child = self._children.get(task_id)
-            if state != "running" and child is not None:
+            if state != "running" and child is not None and task_id not in self._ended_here:
                 logger.info("task %s ended elsewhere (%s); stopping it here", task_id, state)
                 child.cancel()
 

@@ -21,6 +21,10 @@ needs_postgres = pytest.mark.skipif(
     not POSTGRES_SERVER, reason="BATON_TEST_POSTGRES_URL is not set"
 )
 
+# Waits here are 30 s: a wake-up within this (milliseconds when the machine is idle)
+# can only be the signal's.
+PROMPT_S = 3.0
+
 
 @contextlib.asynccontextmanager
 async def started(url: str) -> AsyncIterator[Signals]:
@@ -50,7 +54,7 @@ async def test_a_notify_wakes_this_process_at_once(kind: str, tmp_path: Path) ->
         began = time.monotonic()
         await signals.notify("approval", "A1")
         assert await waiting is True
-        assert time.monotonic() - began < 0.5
+        assert time.monotonic() - began < PROMPT_S
         # Another topic's subscriber is not woken.
         assert await tasks.wait(0.05) is False
         approvals.close()
@@ -79,7 +83,7 @@ async def test_a_notify_on_one_replica_wakes_the_other(pg_url: str) -> None:
         began = time.monotonic()
         await first.notify("cancel", "run-1")
         assert await waiting is True
-        assert time.monotonic() - began < 0.5
+        assert time.monotonic() - began < PROMPT_S
         subscription.close()
 
 
@@ -123,7 +127,7 @@ async def test_the_listener_reconnects_after_its_connection_is_killed(pg_url: st
         began = time.monotonic()
         await first.notify("admission")
         assert await waiting is True
-        assert time.monotonic() - began < 0.5
+        assert time.monotonic() - began < PROMPT_S
         subscription.close()
 
 
