@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from sqlalchemy import text as text_sql
 
-from bot.app import build_baton
+from bot.app import Baton, build_baton
 from bot.slack.surface import SlackSurface
 from tests.conftest import make_settings
 from tests.fakes.openai_api import FakeOpenAI, Reply
@@ -19,7 +23,17 @@ from tests.fakes.socket_mode import FakeSocketMode
 from tests.slack.harness import ALICE, BOT, next_ts, until
 
 
-async def test_a_mention_over_socket_mode_is_acked_and_answered(tmp_path: Path) -> None:
+@dataclass
+class SocketBot:
+    slack: FakeSlackAPI
+    llm: FakeOpenAI
+    socket: FakeSocketMode
+    baton: Baton
+
+
+@contextlib.asynccontextmanager
+async def socket_bot(tmp_path: Path) -> AsyncIterator[SocketBot]:
+    """The bot connected over the fake Socket Mode WebSocket, on the fakes."""
     async with FakeSlackAPI(bot_user_id=BOT) as slack, FakeOpenAI() as llm:
         slack.add_user(ALICE, "alice", display_name="Alice")
         async with FakeSocketMode(slack) as socket:
@@ -35,26 +49,35 @@ async def test_a_mention_over_socket_mode_is_acked_and_answered(tmp_path: Path) 
             try:
                 await handler.connect_async()
                 await socket.wait_connected()
-                llm.script(Reply(text="Answered over the socket."))
-                ts = next_ts()
-                text = f"<@{BOT}> hello over the socket"
-                slack.add_message("C1", text, ALICE, ts=ts)
-                envelope = await socket.send("events_api", {
-                    "type": "event_callback", "team_id": "T0001", "event_id": "EvSock",
-                    "event_time": int(time.time()),
-                    "event": {"type": "app_mention", "user": ALICE, "text": text, "ts": ts,
-                              "channel": "C1", "event_ts": ts},
-                })  # fmt: skip
-                await socket.wait_ack(envelope)
-                await until(
-                    lambda: any("Answered over the socket." in str(m)
-                                for m in slack.thread_messages("C1", ts))
-                )  # fmt: skip
+                yield SocketBot(slack=slack, llm=llm, socket=socket, baton=baton)
             finally:
                 await handler.close_async()
                 await surface.stop(5)
                 await baton.close()
-        assert slack.calls_to("apps.connections.open")[0].token == "xapp-test"
+
+
+def mention_envelope(text: str, ts: str, event_id: str) -> dict[str, Any]:
+    return {
+        "type": "event_callback", "team_id": "T0001", "event_id": event_id,
+        "event_time": int(time.time()),
+        "event": {"type": "app_mention", "user": ALICE, "text": text, "ts": ts,
+                  "channel": "C1", "event_ts": ts},
+    }  # fmt: skip
+
+
+async def test_a_mention_over_socket_mode_is_acked_and_answered(tmp_path: Path) -> None:
+    async with socket_bot(tmp_path) as bot:
+        bot.llm.script(Reply(text="Answered over the socket."))
+        ts = next_ts()
+        text = f"<@{BOT}> hello over the socket"
+        bot.slack.add_message("C1", text, ALICE, ts=ts)
+        envelope = await bot.socket.send("events_api", mention_envelope(text, ts, "EvSock"))
+        await bot.socket.wait_ack(envelope)
+        await until(
+            lambda: any("Answered over the socket." in str(m)
+                        for m in bot.slack.thread_messages("C1", ts))
+        )  # fmt: skip
+        assert bot.slack.calls_to("apps.connections.open")[0].token == "xapp-test"
 
 
 async def test_a_message_the_database_cannot_take_is_not_acked_over_socket_mode(
@@ -62,47 +85,24 @@ async def test_a_message_the_database_cannot_take_is_not_acked_over_socket_mode(
 ) -> None:
     """Unacknowledged, Slack sends the envelope again; the retry, once the database is
     back, is acknowledged and answered (the question is not lost)."""
-    async with FakeSlackAPI(bot_user_id=BOT) as slack, FakeOpenAI() as llm:
-        slack.add_user(ALICE, "alice", display_name="Alice")
-        async with FakeSocketMode(slack) as socket:
-            settings = make_settings(
-                tmp_path, llm.url, slack_bot_token="xoxb-test", slack_app_token="xapp-test",
-                slack_signing_secret=None, slack_api_url=slack.url,
-            )  # fmt: skip
-            baton = await build_baton(settings)
-            surface = SlackSurface(baton)
-            await surface.start()
-            handler = AsyncSocketModeHandler(surface.app, settings.slack_app_token)
-            try:
-                await handler.connect_async()
-                await socket.wait_connected()
-                ts = next_ts()
-                text = f"<@{BOT}> are you there?"
-                slack.add_message("C1", text, ALICE, ts=ts)
-                payload = {
-                    "type": "event_callback", "team_id": "T0001", "event_id": "EvSockDb",
-                    "event_time": int(time.time()),
-                    "event": {"type": "app_mention", "user": ALICE, "text": text, "ts": ts,
-                              "channel": "C1", "event_ts": ts},
-                }  # fmt: skip
-                async with baton.database.sessions() as db:
-                    await db.exec(text_sql("ALTER TABLE thread_messages RENAME TO away"))  # type: ignore[call-overload]
-                    await db.commit()
-                first = await socket.send("events_api", payload)
-                with pytest.raises(TimeoutError):
-                    await asyncio.wait_for(socket.wait_ack(first), 1.0)
-                assert not llm.requests
-                async with baton.database.sessions() as db:
-                    await db.exec(text_sql("ALTER TABLE away RENAME TO thread_messages"))  # type: ignore[call-overload]
-                    await db.commit()
-                llm.script(Reply(text="Here after all."))
-                again = await socket.send("events_api", payload)
-                await socket.wait_ack(again)
-                await until(
-                    lambda: any("Here after all." in str(m)
-                                for m in slack.thread_messages("C1", ts))
-                )  # fmt: skip
-            finally:
-                await handler.close_async()
-                await surface.stop(5)
-                await baton.close()
+    async with socket_bot(tmp_path) as bot:
+        ts = next_ts()
+        text = f"<@{BOT}> are you there?"
+        bot.slack.add_message("C1", text, ALICE, ts=ts)
+        payload = mention_envelope(text, ts, "EvSockDb")
+        async with bot.baton.database.sessions() as db:
+            await db.exec(text_sql("ALTER TABLE thread_messages RENAME TO away"))  # type: ignore[call-overload]
+            await db.commit()
+        first = await bot.socket.send("events_api", payload)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(bot.socket.wait_ack(first), 1.0)
+        assert not bot.llm.requests
+        async with bot.baton.database.sessions() as db:
+            await db.exec(text_sql("ALTER TABLE away RENAME TO thread_messages"))  # type: ignore[call-overload]
+            await db.commit()
+        bot.llm.script(Reply(text="Here after all."))
+        again = await bot.socket.send("events_api", payload)
+        await bot.socket.wait_ack(again)
+        await until(
+            lambda: any("Here after all." in str(m) for m in bot.slack.thread_messages("C1", ts))
+        )
