@@ -255,7 +255,7 @@ class SlackSurface:
         await self.threads.close_orphaned_runs()
         alive = await self.baton.instances.alive()
         await self.threads.inbox.forget_dead_leases(alive=alive)
-        await self.threads.pick_up()
+        await self.threads.pick_up(alive=alive)
         await self.baton.instances.forget_dead()
         if prune:
             await self.baton.events.prune()

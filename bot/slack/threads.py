@@ -9,7 +9,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import Collection, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -593,13 +593,12 @@ class SlackThreads:
                 self.spawn(self.take_turns(key), f"retry-{run_id}")
         return None
 
-    async def pick_up(self) -> None:
+    async def pick_up(self, *, alive: Collection[str]) -> None:
         """Questions no live process is answering: a dead receiver's unread messages are
         read here; threads whose questions wait with nobody running their turn (their
         process died or stopped) get their turn here."""
         if not self.accepting:
             return
-        alive = await self.baton.instances.alive()
         for message in await self.inbox.unclaimed(alive=alive):
             self.spawn(self._dispatch_unclaimed(message), f"unclaimed-{message.id}")
         for message in await self.inbox.waiting(alive=alive):
