@@ -80,6 +80,16 @@ _prompt_images: contextvars.ContextVar[tuple[ImagePart, ...]] = contextvars.Cont
 )
 
 
+# The tool calls of the model response whose calls are running, and the call each tool
+# runs for: a tool that works with its siblings (`task` calls of one `group`) reads them.
+response_calls: contextvars.ContextVar[tuple[ToolCall, ...]] = contextvars.ContextVar(
+    "response_calls", default=()
+)
+current_call: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
+    "current_call", default=None
+)
+
+
 @contextmanager
 def prompt_images(images: Sequence[ImagePart]) -> Iterator[None]:
     """Give `images` to the prompt of the next run started within this block."""
@@ -269,9 +279,13 @@ class Engine:
                     for message in late:
                         add(message)
                     continue
-                outcomes = await asyncio.gather(
-                    *(self._run_call(call, emit) for call in response.tool_calls)
-                )
+                calls = response_calls.set(tuple(response.tool_calls))
+                try:
+                    outcomes = await asyncio.gather(
+                        *(self._run_call(call, emit) for call in response.tool_calls)
+                    )
+                finally:
+                    response_calls.reset(calls)
                 # gather keeps call order, so results go back in the order the model asked.
                 for call, outcome in zip(response.tool_calls, outcomes, strict=True):
                     add(
@@ -429,6 +443,8 @@ class Engine:
 
     async def _run_call(self, call: ToolCall, emit: Emit) -> _CallOutcome:
         emit(ToolStart(call_id=call.id, name=call.name, arguments=call.arguments))
+        # Each call runs in a task of its own (gather), so this is set for it alone.
+        current_call.set(call)
         try:
             outcome = await self._execute(call, emit)
         except asyncio.CancelledError:

@@ -72,6 +72,8 @@ class PermissionHook:
         its own approvers still holds: a danger pattern must not let someone outside
         `bash(git push*)`'s set approve a `git push`.
         """
+        if tool.control:
+            return HookDecision.allow("one of Baton's own control tools")
         value = _main_value(tool, arguments)
         if tool.argument_kind == "command" and value is not None:
             every = self._command_spellings(value)

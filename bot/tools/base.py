@@ -42,6 +42,10 @@ class Tool(ABC):
     read_only: ClassVar[bool] = False
     main_argument: ClassVar[str | None] = None
     argument_kind: ClassVar[ArgumentKind] = "path"
+    # Baton's own control tools (submit_result, remember, steer_task, ...): they touch
+    # only what Baton keeps for the run, so they never ask a person and no rule or
+    # agent tool list takes them away.
+    control: ClassVar[bool] = False
 
     @abstractmethod
     async def run(self, args: Any) -> str:
