@@ -98,6 +98,32 @@ class TaskRow(SQLModel, table=True):
     finished_at: datetime | None = Field(
         default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
     )
+    # The task that started this one (None: the main agent did), and how deep it is:
+    # the main agent is depth 0, its children 1, theirs 2.
+    parent_id: str | None = Field(default=None, max_length=128, index=True)
+    depth: int = 1
+    # Tasks started with the same group come back together (fan-in).
+    group_name: str | None = Field(default=None, max_length=64)
+    # An isolated child's branch, what it changed, and what became of the branch:
+    # pending (waiting for Merge or Discard), merged, discarded.
+    branch: str | None = Field(default=None, max_length=160)
+    change: str | None = Field(default=None, sa_column=Column(Text))
+    merge_state: str | None = Field(default=None, max_length=16)
+    # The child's validated handoff (submit_result), as JSON.
+    handoff: str | None = Field(default=None, sa_column=Column(Text))
+
+
+class TaskMessageRow(SQLModel, table=True):
+    """A message for a running task (steering), waiting for the process that runs it."""
+
+    __tablename__ = "task_messages"
+
+    id: int | None = Field(default=None, primary_key=True)
+    task_id: str = Field(max_length=128, index=True)
+    author: str = Field(max_length=64)
+    text: str = Field(sa_column=Column(Text, nullable=False))
+    taken: bool = Field(default=False, index=True)
+    created_at: datetime = _timestamp(nullable=False)
 
 
 class TaskSequenceRow(SQLModel, table=True):

@@ -14,9 +14,21 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store.database import Database
-from bot.store.models import TaskLogRow, TaskRow, TaskSequenceRow, UsageRow, as_utc, utcnow
+from bot.store.models import (
+    TaskLogRow,
+    TaskMessageRow,
+    TaskRow,
+    TaskSequenceRow,
+    UsageRow,
+    as_utc,
+    utcnow,
+)
 
 TaskState = Literal["running", "completed", "failed", "cancelled"]
+# What became of an isolated child's branch: waiting for a person (pending), being
+# merged now (merging: the claim that keeps two clicks from merging twice), merged,
+# discarded.
+MergeState = Literal["pending", "merging", "merged", "discarded"]
 FINISHED_STATES: tuple[TaskState, ...] = ("completed", "failed", "cancelled")
 
 # PostgreSQL: held (two-key form: this constant, the session) by the transaction that
@@ -46,6 +58,13 @@ class TaskRecord:
     delivered: bool
     created_at: datetime
     finished_at: datetime | None
+    parent_id: str | None = None
+    depth: int = 1
+    group: str | None = None
+    branch: str | None = None
+    change: str | None = None
+    merge_state: MergeState | None = None
+    handoff: str | None = None
 
     @property
     def duration_s(self) -> float | None:
@@ -80,6 +99,13 @@ def _record(row: TaskRow) -> TaskRecord:
         delivered=row.delivered,
         created_at=as_utc(row.created_at),
         finished_at=as_utc(row.finished_at) if row.finished_at else None,
+        parent_id=row.parent_id,
+        depth=row.depth,
+        group=row.group_name,
+        branch=row.branch,
+        change=row.change,
+        merge_state=row.merge_state,  # type: ignore[arg-type]
+        handoff=row.handoff,
     )
 
 
@@ -125,6 +151,9 @@ class TaskStore:
         background: bool,
         started_by: str | None,
         owner: str | None = None,
+        parent_id: str | None = None,
+        depth: int = 1,
+        group: str | None = None,
     ) -> TaskRecord:
         row = TaskRow(
             owner=owner,
@@ -136,6 +165,9 @@ class TaskStore:
             prompt=prompt,
             background=background,
             started_by=started_by,
+            parent_id=parent_id,
+            depth=depth,
+            group_name=group,
         )
         async with self.database.sessions() as session:
             session.add(row)
@@ -153,6 +185,9 @@ class TaskStore:
         prompt: str,
         started_by: str | None,
         owner: str | None = None,
+        parent_id: str | None = None,
+        depth: int = 1,
+        group: str | None = None,
     ) -> TaskRecord | None:
         """Record a new running background task with a new id, unless the session has
         `limit` running already: None then, and no id is used up.
@@ -192,6 +227,9 @@ class TaskStore:
                 prompt=prompt,
                 background=True,
                 started_by=started_by,
+                parent_id=parent_id,
+                depth=depth,
+                group_name=group,
             )
             session.add(row)
             await session.commit()
@@ -214,6 +252,9 @@ class TaskStore:
         error: str | None,
         prompt_tokens: int = 0,
         completion_tokens: int = 0,
+        handoff: str | None = None,
+        branch: str | None = None,
+        change: str | None = None,
     ) -> TaskRecord | None:
         """End a running task; None if it had already ended (the first ending wins).
 
@@ -240,6 +281,10 @@ class TaskStore:
                     prompt_tokens=prompt_tokens,
                     completion_tokens=completion_tokens,
                     finished_at=utcnow(),
+                    handoff=handoff,
+                    branch=branch,
+                    change=change,
+                    merge_state="pending" if branch else None,
                 )
             )
             await session.commit()
@@ -328,12 +373,25 @@ class TaskStore:
         """Hand over the session's finished background tasks, each exactly once.
 
         Each row is claimed by a conditional UPDATE, so two turns racing on one
-        session (or two replicas) can never both receive the same result.
+        session (or two replicas) can never both receive the same result. Tasks of a
+        group wait until no task of their group runs, then come together.
         """
         async with self.database.sessions() as session:
-            candidates = (
+            busy_groups = set(
+                (
+                    await session.exec(
+                        select(TaskRow.group_name).where(
+                            TaskRow.session_id == session_id,
+                            TaskRow.background == True,  # noqa: E712
+                            TaskRow.state == "running",
+                            col(TaskRow.group_name).is_not(None),
+                        )
+                    )
+                ).all()
+            )
+            rows = (
                 await session.exec(
-                    select(TaskRow.id)
+                    select(TaskRow.id, TaskRow.group_name)
                     .where(
                         TaskRow.session_id == session_id,
                         TaskRow.background == True,  # noqa: E712
@@ -343,6 +401,7 @@ class TaskStore:
                     .order_by(col(TaskRow.finished_at), col(TaskRow.id))
                 )
             ).all()
+        candidates = [task_id for task_id, group in rows if group not in busy_groups]
         claimed: list[TaskRecord] = []
         for task_id in candidates:
             async with self.database.sessions() as session:
@@ -355,6 +414,57 @@ class TaskStore:
             if outcome.rowcount == 1 and (record := await self.get(task_id)):
                 claimed.append(record)
         return claimed
+
+    async def add_message(self, task_id: str, *, author: str, text: str) -> None:
+        """Keep a steering message for a task until the process running it takes it."""
+        async with self.database.sessions() as session:
+            session.add(TaskMessageRow(task_id=task_id, author=author, text=text))
+            await session.commit()
+
+    async def take_messages(self, task_ids: Sequence[str]) -> list[tuple[str, str, str]]:
+        """Claim the waiting steering messages of `task_ids`, oldest first, each once:
+        (task id, author, text)."""
+        if not task_ids:
+            return []
+        async with self.database.sessions() as session:
+            rows = (
+                await session.exec(
+                    select(TaskMessageRow)
+                    .where(
+                        col(TaskMessageRow.task_id).in_(task_ids),
+                        TaskMessageRow.taken == False,  # noqa: E712
+                    )
+                    .order_by(col(TaskMessageRow.id))
+                )
+            ).all()
+        taken = []
+        for row in rows:
+            async with self.database.sessions() as session:
+                outcome = await session.exec(
+                    update(TaskMessageRow)
+                    .where(col(TaskMessageRow.id) == row.id, col(TaskMessageRow.taken) == False)  # noqa: E712
+                    .values(taken=True)
+                )
+                await session.commit()
+            if outcome.rowcount == 1:
+                taken.append((row.task_id, row.author, row.text))
+        return taken
+
+    async def move_merge_state(
+        self, task_id: str, *, old: MergeState, new: MergeState
+    ) -> TaskRecord | None:
+        """Move an isolated task's branch from `old` to `new`; None if it was not `old`
+        (someone else merged or discarded it first)."""
+        async with self.database.sessions() as session:
+            outcome = await session.exec(
+                update(TaskRow)
+                .where(col(TaskRow.id) == task_id, col(TaskRow.merge_state) == old)
+                .values(merge_state=new)
+            )
+            await session.commit()
+            if outcome.rowcount == 0:
+                return None
+        return await self.get(task_id)
 
     async def fail_orphans(self, reason: str, *, alive: set[str]) -> list[TaskRecord]:
         """Fail running tasks whose owning process is gone; return them."""
