@@ -178,6 +178,9 @@ class FileConfig(BaseModel):
     context_window: int = Field(default=128_000, ge=4_096)
     max_turns: PositiveInt = 50
     max_background_tasks: PositiveInt = 16
+    # How deep sub-agents may nest (the main agent is depth 0), for agents whose file
+    # lists `allowed_subagents`; 1 lets only the main agent delegate.
+    max_task_depth: PositiveInt = 2
     approval_timeout_s: float = Field(default=600, gt=0)
     # On SIGTERM, how long runs and background tasks may go on finishing.
     shutdown_grace_s: float = Field(default=DEFAULT_SHUTDOWN_GRACE_S, gt=0)
@@ -247,6 +250,7 @@ class Settings(BaseModel):
     config_path: Path | None
     max_turns: int
     max_background_tasks: int
+    max_task_depth: int = 2
     approval_timeout_s: float
     approvers: tuple[str, ...]
     agent_dirs: tuple[Path, ...]
@@ -343,6 +347,7 @@ def load_settings(cwd: Path | None = None) -> Settings:
         config_path=config_path,
         max_turns=file_config.max_turns,
         max_background_tasks=file_config.max_background_tasks,
+        max_task_depth=file_config.max_task_depth,
         approval_timeout_s=file_config.approval_timeout_s,
         approvers=file_config.approvers,
         agent_dirs=agent_dirs,

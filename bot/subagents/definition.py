@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -43,9 +43,15 @@ class AgentDefinition(BaseModel):
     # The model's context window in tokens; 0: the one of baton.yaml (`context_window`).
     context_window: int = Field(default=0, ge=0)
     skills: tuple[str, ...] = ()
+    # worktree: the agent works in a git worktree of its own, on a new branch.
+    isolation: Literal["none", "worktree"] = "none"
+    # The agents this one may delegate to (nesting is opt-in; depth is capped).
+    allowed_subagents: tuple[str, ...] = ()
+    # project: the agent reads and appends to `.baton/memory/<name>.md`.
+    memory: Literal["none", "project"] = "none"
     source: str = "builtin"
 
-    @field_validator("tools", "disallowed_tools", "skills", mode="before")
+    @field_validator("tools", "disallowed_tools", "skills", "allowed_subagents", mode="before")
     @classmethod
     def _names(cls, value: Any) -> Any:
         return _as_names(value)
@@ -62,11 +68,19 @@ class AgentDefinition(BaseModel):
     def _empty_model_inherits(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("isolation", "memory", mode="before")
+    @classmethod
+    def _none_word(cls, value: Any) -> Any:
+        return "none" if value is None or value is False or value == "" else value
+
     def resolve_tools(self, parent: ToolRegistry) -> ToolRegistry:
         """The child's tools: (allowlist ∩ parent's, or all the parent's) - denylist - task.
 
         Built from the parent's registry, so a child can never hold a tool its
-        parent does not; `task` is always removed, so a child cannot delegate.
+        parent does not; `task` and Baton's control tools (those of the parent's run)
+        are always removed: the runner gives the child its own, and `task` only as its
+        file's `allowed_subagents` and the depth cap allow.
         """
         chosen = parent.only(self.tools) if self.tools else parent
-        return chosen.without({*self.disallowed_tools, TASK_TOOL_NAME})
+        control = {tool.name for tool in parent if tool.control}
+        return chosen.without({*self.disallowed_tools, TASK_TOOL_NAME, *control})
