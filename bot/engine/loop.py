@@ -80,10 +80,20 @@ _prompt_images: contextvars.ContextVar[tuple[ImagePart, ...]] = contextvars.Cont
 )
 
 
-# The tool calls of the model response whose calls are running, and the call each tool
-# runs for: a tool that works with its siblings (`task` calls of one `group`) reads them.
-response_calls: contextvars.ContextVar[tuple[ToolCall, ...]] = contextvars.ContextVar(
-    "response_calls", default=()
+
+
+@dataclass(slots=True, eq=False)
+class ResponseCalls:
+    """The tool calls of one model response while they run, and which have ended."""
+
+    calls: tuple[ToolCall, ...]
+    ended: set[str] = field(default_factory=set)
+
+
+# The response whose calls are running, and the call each tool runs for: a tool that
+# works with its siblings (`task` calls of one `group`) reads them.
+response_calls: contextvars.ContextVar[ResponseCalls | None] = contextvars.ContextVar(
+    "response_calls", default=None
 )
 current_call: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
     "current_call", default=None
@@ -279,7 +289,7 @@ class Engine:
                     for message in late:
                         add(message)
                     continue
-                calls = response_calls.set(tuple(response.tool_calls))
+                calls = response_calls.set(ResponseCalls(calls=tuple(response.tool_calls)))
                 try:
                     outcomes = await asyncio.gather(
                         *(self._run_call(call, emit) for call in response.tool_calls)
@@ -456,6 +466,9 @@ class Engine:
                 output=f"Error: {call.name} failed unexpectedly: {type(exc).__name__}: {exc}",
                 is_error=True,
             )
+        finally:
+            if (siblings := response_calls.get()) is not None:
+                siblings.ended.add(call.id)
         output = cap_output(outcome.output, self.output_limit)
         known = call.name in self.tools  # a name the model invented must not become a label
         metrics.record_tool_call(call.name if known else "unknown", is_error=outcome.is_error)
