@@ -1,0 +1,663 @@
+"""Git worktrees for sub-agents with `isolation: worktree`.
+
+A child with `isolation: worktree` runs in its own worktree of the workspace, on a new
+branch `baton/<task-id>`, so many children can edit the same file in parallel and each
+keeps its own change. When the child ends, `finish` commits its work on that branch and
+removes the worktree directory; later a person merges the branch into the workspace's
+current branch (`merge`) or throws it away (`discard`).
+
+This code runs git outside the sandbox, on files a hostile model wrote, so:
+
+- Every call disables hooks, fsmonitor, signing, pagers, auto gc and submodule recursion
+  on the command line (which outranks every config file) and runs with a clean
+  environment: no inherited `GIT_*` variable, no system config, no prompts.
+- `finish` never uses the worktree's `.git` file or its admin dir (HEAD, index,
+  `commondir`), which a child could rewrite to point git at a config of its own: it
+  reads the work tree through the common git directory with a private index, builds
+  the commit with `commit-tree` and moves the branch with a compare-and-swap.
+- Output is read with `-z` and bounded; names are never parsed from human text.
+- Branch names and task ids are checked against a strict pattern before they reach git.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import tempfile
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from bot.errors import BatonError
+
+_TASK_ID = re.compile(r"task-[a-z0-9-]+")
+_BRANCH = re.compile(r"baton/task-[a-z0-9-]+")
+_MAX_TASK_ID = 100
+_FALLBACK_NAME = "Baton"
+_FALLBACK_EMAIL = "baton@localhost"
+
+# Command-line config outranks every config file, including a child's. Each key shuts
+# a door through which git would run a program or change what the merge does.
+_SAFE_CONFIG = (
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "commit.gpgsign=false",
+    "tag.gpgsign=false",
+    "core.pager=cat",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "submodule.recurse=false",
+    "diff.ignoreSubmodules=all",
+    "status.submoduleSummary=false",
+    "rerere.enabled=false",
+    "merge.autoStash=false",
+    "safe.bareRepository=explicit",
+)
+_TIMEOUT_S = 300.0
+_STDOUT_LIMIT = 8 * 1024 * 1024
+_STDERR_LIMIT = 64 * 1024
+_SUMMARY_FILES = 20
+_MINUS = "\N{MINUS SIGN}"
+_MESSAGE_FILES = 10
+
+
+class WorktreeError(BatonError):
+    """A worktree could not be created, finished, merged or discarded; the message says why."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Worktree:
+    """A child's worktree: where it lives, its branch, and the commit it started from."""
+
+    repo: Path
+    path: Path
+    branch: str
+    base: str
+    git_dir: Path
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileChange:
+    """One file's lines added and removed; binary files count 0/0 and say so."""
+
+    path: str
+    added: int
+    removed: int
+    binary: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Change:
+    """The work a child left on its branch, measured against the commit it started from."""
+
+    branch: str
+    commit: str
+    files: tuple[FileChange, ...]
+
+    def summary(self) -> str:
+        """One line for people: totals, then up to 20 files with their own counts."""
+        added = sum(change.added for change in self.files)
+        removed = sum(change.removed for change in self.files)
+        noun = "file" if len(self.files) == 1 else "files"
+        shown = ", ".join(_describe(change) for change in self.files[:_SUMMARY_FILES])
+        more = len(self.files) - _SUMMARY_FILES
+        tail = f", … and {more} more" if more > 0 else ""
+        totals = f"+{added} {_MINUS}{removed}"
+        return f"{len(self.files)} {noun} changed, {totals}: {shown}{tail}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MergeOutcome:
+    """What a merge did; `message` is one sentence for people."""
+
+    merged: bool
+    commit: str | None
+    conflicts: tuple[str, ...] = ()
+    message: str
+
+
+async def create(repo: Path, task_id: str, base_dir: Path) -> Worktree:
+    """A new worktree at `<base_dir>/<task_id>` on a new branch `baton/<task_id>` from HEAD.
+
+    The worktree is locked so `git worktree prune` leaves it alone while the task runs.
+    """
+    _check_task_id(task_id)
+    workspace = await _open_repo(repo)
+    base = await _head_commit(workspace)
+    base_dir = await asyncio.to_thread(_prepare_base_dir, base_dir, workspace.top)
+    path = base_dir / task_id
+    branch = f"baton/{task_id}"
+    async with _repo_lock(workspace.common_dir):
+        result = await workspace.run(
+            "worktree", "add", "--quiet", "--lock", "--reason", f"Baton task {task_id} is running",
+            "-b", branch, "--", str(path), base,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise WorktreeError(f"Could not create a worktree for {task_id}: {result.error}")
+        git_dir = await _new_worktree_git_dir(path, workspace)
+    return Worktree(repo=workspace.top, path=path, branch=branch, base=base, git_dir=git_dir)
+
+
+async def finish(worktree: Worktree, *, message: str) -> Change | None:
+    """Commit the child's work on its branch and remove the worktree directory.
+
+    Returns None, and deletes the branch too, when the branch ends up with the same
+    tree as `base` (nothing to merge). If anything fails the worktree is left in place
+    and WorktreeError is raised, so no work is ever thrown away by accident.
+    """
+    workspace = await _open_repo(worktree.repo)
+    git = _common_git(worktree)
+    tip = await _commit_work_tree(git, workspace, worktree, message)
+    if await _tree_of(git, tip) == await _tree_of(git, worktree.base):
+        async with _repo_lock(workspace.common_dir):
+            await _remove_own_worktree(workspace, worktree)
+            await _delete_branch(workspace, worktree.branch)
+        return None
+    files = await _numstat(git, worktree.base, tip)
+    async with _repo_lock(workspace.common_dir):
+        await _remove_own_worktree(workspace, worktree)
+    return Change(branch=worktree.branch, commit=tip, files=files)
+
+
+async def merge(repo: Path, branch: str, *, message: str) -> MergeOutcome:
+    """Merge a Baton branch into the workspace's current branch with a merge commit.
+
+    On a conflict the merge is aborted, the checkout is left as it was and the branch
+    kept. Anything that stops the merge before it starts (local changes in the way,
+    a detached HEAD, a missing or foreign branch) is reported, with nothing changed.
+    """
+    if not _is_baton_branch(branch):
+        return _refused(
+            f"{branch!r} is not a Baton branch (baton/task-…); Baton only merges its own branches."
+        )
+    try:
+        workspace = await _open_repo(repo)
+    except WorktreeError as error:
+        return _refused(str(error))
+    async with _repo_lock(workspace.common_dir):
+        return await _merge_locked(workspace, branch, message)
+
+
+async def discard(repo: Path, branch: str) -> bool:
+    """Remove a Baton branch and its worktree, if any; False when there was no such branch."""
+    if not _is_baton_branch(branch):
+        raise WorktreeError(
+            f"{branch!r} is not a Baton branch (baton/task-…); refusing to delete it."
+        )
+    workspace = await _open_repo(repo)
+    async with _repo_lock(workspace.common_dir):
+        linked = await _find_worktree(workspace, branch)
+        if linked is not None:
+            await _remove_listed_worktree(workspace, linked)
+        if await _branch_commit(workspace, branch) is None:
+            return False
+        await _delete_branch(workspace, branch)
+    return True
+
+
+# --- running git -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Result:
+    returncode: int
+    stdout: bytes
+    stderr: str
+
+    @property
+    def text(self) -> str:
+        """Stdout as text, for the short answers of rev-parse and friends."""
+        return self.stdout.decode("utf-8", "surrogateescape").strip()
+
+    @property
+    def error(self) -> str:
+        """The gist of stderr for a message: its first few lines."""
+        lines = [line.strip() for line in self.stderr.splitlines() if line.strip()]
+        gist = "; ".join(lines[:4]) or f"git exited with status {self.returncode}"
+        return gist[:500]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Git:
+    """One way of calling git: the same repository, work tree and environment every time."""
+
+    cwd: Path
+    options: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+    async def run(self, *args: str, config: Sequence[str] = ()) -> _Result:
+        """Run `git <args>`; `config` adds more `-c key=value` pairs."""
+        extra = [item for pair in config for item in ("-c", pair)]
+        return await _run_git([*self.options, *extra, *args], cwd=self.cwd, env=self.env)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Repo(_Git):
+    """The workspace's repository, with its git directory pinned after one discovery."""
+
+    top: Path
+    git_dir: Path
+    common_dir: Path
+
+
+async def _run_git(args: Sequence[str], *, cwd: Path, env: dict[str, str]) -> _Result:
+    """Run git without a shell, bounded in time and output; the process never outlives us."""
+    safe = [item for pair in _SAFE_CONFIG for item in ("-c", pair)]
+    process = await asyncio.create_subprocess_exec(
+        "git", *safe, *args,
+        cwd=cwd, env=_git_environment(env),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        async with asyncio.timeout(_TIMEOUT_S):
+            stdout, stderr = await asyncio.gather(
+                _read_bounded(process.stdout, _STDOUT_LIMIT),
+                _read_bounded(process.stderr, _STDERR_LIMIT),
+            )
+            returncode = await process.wait()
+    except TimeoutError:
+        raise WorktreeError(f"git {' '.join(args[:3])} took over {_TIMEOUT_S:.0f} s") from None
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    return _Result(returncode=returncode, stdout=stdout, stderr=stderr.decode("utf-8", "replace"))
+
+
+async def _read_bounded(stream: asyncio.StreamReader, limit: int) -> bytes:
+    """Keep the first `limit` bytes and drain the rest, so git never blocks on a full pipe."""
+    kept: list[bytes] = []
+    size = 0
+    while chunk := await stream.read(65536):
+        if size < limit:
+            kept.append(chunk[: limit - size])
+        size += len(chunk)
+    return b"".join(kept)
+
+
+def _git_environment(extra: dict[str, str]) -> dict[str, str]:
+    """Our environment without any GIT_* variable (they would redirect or reconfigure git)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    env.update(
+        GIT_TERMINAL_PROMPT="0",
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_EDITOR="true",
+        LC_ALL="C",
+    )
+    env.update(extra)
+    return env
+
+
+async def _open_repo(repo: Path) -> _Repo:
+    """Find the repository holding `repo` once; later calls name its directories explicitly."""
+    if not await asyncio.to_thread(repo.is_dir):
+        raise WorktreeError(
+            f"{repo} is not a directory: isolation: worktree needs a git repository"
+        )
+    probe = _Git(cwd=repo)
+    result = await probe.run(
+        "rev-parse", "--path-format=absolute", "--show-toplevel", "--absolute-git-dir",
+        "--git-common-dir",
+    )  # fmt: skip
+    lines = result.stdout.decode("utf-8", "surrogateescape").split("\n")
+    if result.returncode != 0 or len(lines) != 4 or lines[3]:
+        raise WorktreeError(f"{repo} is not a git repository: isolation: worktree needs one")
+    top, git_dir, common_dir = (Path(line) for line in lines[:3])
+    return _Repo(
+        cwd=top,
+        options=(f"--git-dir={git_dir}", f"--work-tree={top}"),
+        top=top,
+        git_dir=git_dir,
+        common_dir=common_dir,
+    )
+
+
+def _common_git(worktree: Worktree) -> _Git:
+    """Git on the repository's common directory with the child's files as work tree.
+
+    Nothing in the child's reach takes part: not its `.git` file, nor its admin dir.
+    """
+    common_dir = worktree.git_dir.parent.parent
+    return _Git(
+        cwd=worktree.path,
+        options=(f"--git-dir={common_dir}", f"--work-tree={worktree.path}"),
+    )
+
+
+# --- create ----------------------------------------------------------------------------
+
+
+def _check_task_id(task_id: str) -> None:
+    """The id becomes a directory and a branch name, so only a strict shape is allowed."""
+    if len(task_id) > _MAX_TASK_ID or not _TASK_ID.fullmatch(task_id):
+        raise WorktreeError(
+            f"Invalid task id {task_id!r}: expected 'task-' then lowercase letters, digits "
+            f"and dashes, at most {_MAX_TASK_ID} characters"
+        )
+
+
+def _is_baton_branch(branch: str) -> bool:
+    return len(branch) <= _MAX_TASK_ID + 6 and _BRANCH.fullmatch(branch) is not None
+
+
+async def _head_commit(workspace: _Repo) -> str:
+    result = await workspace.run("rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+    if result.returncode != 0:
+        raise WorktreeError(f"{workspace.top} has no commit yet: isolation: worktree needs one")
+    return result.text
+
+
+def _prepare_base_dir(base_dir: Path, top: Path) -> Path:
+    """Create the worktrees' parent; inside the workspace it would show up in its status."""
+    base_dir = base_dir.resolve()
+    if base_dir.is_relative_to(top):
+        raise WorktreeError(
+            f"Worktrees must live outside the workspace; {base_dir} is inside {top}"
+        )
+    base_dir.mkdir(parents=True, exist_ok=True)
+    return base_dir
+
+
+async def _new_worktree_git_dir(path: Path, workspace: _Repo) -> Path:
+    """The new worktree's admin dir, read before the child has had any chance to touch it."""
+    result = await _Git(cwd=path).run("rev-parse", "--absolute-git-dir")
+    git_dir = Path(result.text)
+    if result.returncode != 0 or git_dir.parent != workspace.common_dir / "worktrees":
+        raise WorktreeError(f"Could not find the git directory of the new worktree {path}")
+    return git_dir
+
+
+# --- finish ----------------------------------------------------------------------------
+
+
+async def _commit_work_tree(git: _Git, workspace: _Repo, worktree: Worktree, message: str) -> str:
+    """Commit the work tree's files on the child's branch; return the branch's tip.
+
+    A fresh index in a directory of our own, filled from the branch, then `add --all`:
+    the commit holds exactly the files the child left, whatever it did to its index or
+    HEAD. Commits the child made itself are kept, being the branch's history.
+    """
+    existing = await _branch_commit(git, worktree.branch)
+    parent = existing or worktree.base
+    scratch = await asyncio.to_thread(tempfile.mkdtemp, prefix="baton-index-")
+    try:
+        indexed = replace(git, env={**git.env, "GIT_INDEX_FILE": str(Path(scratch) / "index")})
+        await _checked(indexed, "read-tree", parent)
+        added = await indexed.run("add", "--all", "--", ".")
+        if added.returncode != 0:
+            raise WorktreeError(
+                f"Could not record the changes of {worktree.branch}; "
+                f"its worktree is kept at {worktree.path}: {added.error}"
+            )
+        tree = (await _checked(indexed, "write-tree")).text
+    finally:
+        await asyncio.to_thread(shutil.rmtree, scratch, True)
+    if await _tree_of(git, parent) == tree:
+        return parent
+    text = message.strip() or f"Baton task {worktree.branch.removeprefix('baton/')}"
+    identity = await _identity_config(workspace)
+    created = await git.run("commit-tree", tree, "-p", parent, "-m", text, config=identity)
+    if created.returncode != 0:
+        raise WorktreeError(f"Could not commit the changes on {worktree.branch}: {created.error}")
+    # Compare-and-swap: the branch must still be where we read it (or still absent).
+    ref = f"refs/heads/{worktree.branch}"
+    await _checked(git, "update-ref", "-m", "baton: finish", ref, created.text, existing or "")
+    return created.text
+
+
+async def _identity_config(git: _Git) -> tuple[str, ...]:
+    """Baton's identity unless the repository (or its user) has a complete one."""
+    name = await git.run("config", "--get", "user.name")
+    email = await git.run("config", "--get", "user.email")
+    if name.returncode == 0 and name.text and email.returncode == 0 and email.text:
+        return ()
+    return (f"user.name={_FALLBACK_NAME}", f"user.email={_FALLBACK_EMAIL}")
+
+
+async def _branch_commit(git: _Git, branch: str) -> str | None:
+    result = await git.run("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}")
+    return result.text if result.returncode == 0 else None
+
+
+async def _tree_of(git: _Git, commit: str) -> str:
+    return (await _checked(git, "rev-parse", "--verify", f"{commit}^{{tree}}")).text
+
+
+async def _numstat(git: _Git, base: str, tip: str) -> tuple[FileChange, ...]:
+    """Lines added and removed per file between two commits, parsed from `-z` output."""
+    result = await _checked(
+        git, "diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv",
+        f"{base}..{tip}", "--",
+    )  # fmt: skip
+    files: list[FileChange] = []
+    for record in result.stdout.split(b"\0"):
+        parts = record.split(b"\t", 2)
+        if len(parts) != 3:
+            continue
+        added, removed, raw_path = parts
+        path = os.fsdecode(raw_path)
+        if added == b"-" or removed == b"-":
+            files.append(FileChange(path=path, added=0, removed=0, binary=True))
+        else:
+            files.append(FileChange(path=path, added=int(added), removed=int(removed)))
+    return tuple(files)
+
+
+async def _remove_own_worktree(workspace: _Repo, worktree: Worktree) -> None:
+    """Remove a worktree whose paths we created ourselves, even if the child broke its `.git`.
+
+    git refuses to remove a worktree whose `.git` file no longer points back at its
+    admin dir; then we delete both directories ourselves. `shutil.rmtree` never follows
+    symlinks, so links the child left cannot lead the deletion elsewhere.
+    """
+    await workspace.run("worktree", "unlock", str(worktree.path))
+    result = await workspace.run("worktree", "remove", "--force", str(worktree.path))
+    if result.returncode == 0:
+        return
+    await asyncio.to_thread(_remove_tree, worktree.path)
+    await asyncio.to_thread(_remove_tree, worktree.git_dir)
+    await workspace.run("worktree", "prune")
+
+
+def _remove_tree(path: Path) -> None:
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
+async def _delete_branch(workspace: _Repo, branch: str) -> None:
+    result = await workspace.run("branch", "--quiet", "-D", "--", branch)
+    if result.returncode != 0:
+        raise WorktreeError(f"Could not delete branch {branch}: {result.error}")
+
+
+async def _checked(git: _Git, *args: str) -> _Result:
+    result = await git.run(*args)
+    if result.returncode != 0:
+        raise WorktreeError(f"git {args[0]} failed: {result.error}")
+    return result
+
+
+# --- merge and discard -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Listed:
+    """A linked worktree as `git worktree list` reports it."""
+
+    path: str
+    locked: bool
+
+
+async def _merge_locked(workspace: _Repo, branch: str, message: str) -> MergeOutcome:
+    tip = await _branch_commit(workspace, branch)
+    if tip is None:
+        return _refused(f"No branch {branch} to merge: it was merged or discarded already.")
+    current = await workspace.run("symbolic-ref", "--quiet", "--short", "HEAD")
+    if current.returncode != 0:
+        return _refused(
+            f"The workspace is on a detached HEAD; check out a branch to merge {branch}."
+        )
+    target = current.text
+    if target == branch:
+        return _refused(f"{branch} is the workspace's current branch; check out another one first.")
+    if await _merge_in_progress(workspace):
+        return _refused(
+            f"A merge is already in progress in the workspace; finish or abort it before "
+            f"merging {branch}."
+        )
+    linked = await _find_worktree(workspace, branch)
+    if linked is not None and linked.locked:
+        return _refused(f"{branch} is still in use by a running task; merge it once it has ended.")
+    before = (await _checked(workspace, "rev-parse", "HEAD")).text
+    identity = await _identity_config(workspace)
+    text = message.strip() or f"Merge {branch}"
+    result = await workspace.run(
+        "merge", "--no-ff", "--no-edit", "--no-verify", "--no-autostash", "--quiet",
+        f"--message={text}", tip, config=identity,
+    )  # fmt: skip
+    if result.returncode == 0:
+        return await _after_merge(workspace, branch, target, before, linked)
+    if await _merge_in_progress(workspace):
+        return await _abort_conflicted(workspace, branch, target)
+    return _refused(_refusal_message(branch, target, result.stderr))
+
+
+async def _after_merge(
+    workspace: _Repo, branch: str, target: str, before: str, linked: _Listed | None
+) -> MergeOutcome:
+    """Delete the merged branch (its work now lives in `target`) and its leftover worktree."""
+    commit = (await _checked(workspace, "rev-parse", "HEAD")).text
+    note = ""
+    try:
+        if linked is not None:
+            await _remove_listed_worktree(workspace, linked)
+        await _delete_branch(workspace, branch)
+    except WorktreeError as error:
+        note = f" ({error})"
+    if commit == before:
+        message = f"{target} already contained everything on {branch}; nothing new to merge{note}."
+    else:
+        message = f"Merged {branch} into {target} as {commit[:12]}{note}."
+    return MergeOutcome(merged=True, commit=commit, message=message)
+
+
+async def _abort_conflicted(workspace: _Repo, branch: str, target: str) -> MergeOutcome:
+    listed = await workspace.run("diff", "--name-only", "-z", "--diff-filter=U", "--no-ext-diff")
+    conflicts = tuple(os.fsdecode(name) for name in listed.stdout.split(b"\0") if name)
+    aborted = await workspace.run("merge", "--abort")
+    if aborted.returncode != 0:
+        raise WorktreeError(
+            f"Merging {branch} into {target} conflicted and could not be aborted: {aborted.error}"
+        )
+    return MergeOutcome(
+        merged=False,
+        commit=None,
+        conflicts=conflicts,
+        message=(
+            f"{branch} conflicts with {target} in {_name_files(conflicts)}; nothing was merged "
+            f"and the branch was kept."
+        ),
+    )
+
+
+async def _merge_in_progress(workspace: _Repo) -> bool:
+    result = await workspace.run("rev-parse", "--verify", "--quiet", "MERGE_HEAD")
+    return result.returncode == 0
+
+
+def _refusal_message(branch: str, target: str, stderr: str) -> str:
+    """Say why git would not start the merge; git has changed nothing in these cases."""
+    files = _indented_lines(stderr)
+    if "untracked working tree files would be overwritten" in stderr:
+        return (
+            f"Could not merge {branch} into {target}: untracked files in the workspace "
+            f"({_name_files(files)}) would be overwritten; move or remove them first. "
+            f"Nothing was changed."
+        )
+    if "would be overwritten" in stderr:
+        return (
+            f"Could not merge {branch} into {target}: the workspace has local changes "
+            f"({_name_files(files)}) that the merge would overwrite; commit or stash them first. "
+            f"Nothing was changed."
+        )
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    reason = lines[0].removeprefix("fatal: ").removeprefix("error: ") if lines else "git failed"
+    return f"Could not merge {branch} into {target}: {reason[:300]}. Nothing was changed."
+
+
+def _indented_lines(stderr: str) -> tuple[str, ...]:
+    """The file names git lists, indented, under its 'would be overwritten' errors."""
+    lines = stderr.splitlines()
+    return tuple(line.strip() for line in lines if line[:1] in ("\t", " ") and line.strip())
+
+
+async def _find_worktree(workspace: _Repo, branch: str) -> _Listed | None:
+    """The linked worktree that has `branch` checked out, never the workspace itself."""
+    result = await _checked(workspace, "worktree", "list", "--porcelain", "-z")
+    ref = f"refs/heads/{branch}".encode()
+    for number, record in enumerate(result.stdout.split(b"\0\0")):
+        fields = [item for item in record.split(b"\0") if item]
+        values = dict(item.partition(b" ")[::2] for item in fields)
+        path = os.fsdecode(values.get(b"worktree", b""))
+        if number == 0 or not path or Path(path) == workspace.top:
+            continue
+        if values.get(b"branch") == ref:
+            return _Listed(path=path, locked=b"locked" in values)
+    return None
+
+
+async def _remove_listed_worktree(workspace: _Repo, linked: _Listed) -> None:
+    """Remove a worktree found through git; only git deletes it, since its path came from
+    a file in the admin dir rather than from us."""
+    await workspace.run("worktree", "unlock", linked.path)
+    result = await workspace.run("worktree", "remove", "--force", linked.path)
+    if result.returncode != 0:
+        raise WorktreeError(f"Could not remove the worktree at {linked.path}: {result.error}")
+
+
+def _refused(message: str) -> MergeOutcome:
+    return MergeOutcome(merged=False, commit=None, message=message)
+
+
+# --- text for people -------------------------------------------------------------------
+
+
+def _describe(change: FileChange) -> str:
+    name = _printable(change.path)
+    if change.binary:
+        return f"{name} (binary)"
+    return f"{name} (+{change.added} {_MINUS}{change.removed})"
+
+
+def _name_files(paths: Sequence[str]) -> str:
+    shown = ", ".join(_printable(path) for path in paths[:_MESSAGE_FILES])
+    more = len(paths) - _MESSAGE_FILES
+    return shown + (f" and {more} more" if more > 0 else "") if shown else "some files"
+
+
+def _printable(path: str) -> str:
+    """A file name safe to show: control characters and undecodable bytes escaped."""
+    text = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+# --- one lock per repository -----------------------------------------------------------
+
+# Keyed by event loop too: an asyncio.Lock belongs to the loop that first waits on it.
+_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Path, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _repo_lock(common_dir: Path) -> asyncio.Lock:
+    """Serialise what rewrites shared refs or worktree records: git takes no turns itself."""
+    per_loop = _locks.setdefault(asyncio.get_running_loop(), {})
+    return per_loop.setdefault(common_dir, asyncio.Lock())

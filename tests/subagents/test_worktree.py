@@ -1,0 +1,493 @@
+"""Worktrees for `isolation: worktree` children, on real git repositories in tmp_path.
+
+Several tests play the hostile child: the code under test runs git outside the
+sandbox on files a model wrote, so no hook, filter or fsmonitor of theirs may run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bot.subagents.worktree import (
+    Change,
+    FileChange,
+    Worktree,
+    WorktreeError,
+    create,
+    discard,
+    finish,
+    merge,
+)
+
+SETUP_IDENTITY = ("-c", "user.name=Setup", "-c", "user.email=setup@example.com")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No user-level git config from the machine running the tests."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    for key in list(os.environ):
+        if key.startswith("GIT_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
+def git(cwd: Path, *args: str, check: bool = True) -> str:
+    """Run git for the test's own set-up and checks."""
+    result = subprocess.run(
+        ["git", *SETUP_IDENTITY, *args], cwd=cwd, capture_output=True, text=True, check=False
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"git {args} failed: {result.stderr}")
+    return result.stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A workspace repository on `main` with one commit holding a.txt."""
+    path = tmp_path.resolve() / "workspace"
+    path.mkdir()
+    git(path, "init", "--quiet", "--initial-branch=main")
+    (path / "a.txt").write_text("one\ntwo\nthree\n")
+    git(path, "add", "a.txt")
+    git(path, "commit", "--quiet", "-m", "initial")
+    return path
+
+
+@pytest.fixture
+def base_dir(tmp_path: Path) -> Path:
+    return tmp_path.resolve() / "state" / "worktrees"
+
+
+def branches(repo: Path) -> list[str]:
+    return git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split()
+
+
+def head(repo: Path) -> str:
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def trap_script(tmp_path: Path) -> tuple[Path, Path]:
+    """An executable that leaves a marker file when anything runs it."""
+    marker = tmp_path / "PWNED"
+    script = tmp_path / "trap.sh"
+    script.write_text(f"#!/bin/sh\necho ran >> '{marker}'\ncat\n")
+    script.chmod(0o755)
+    return script, marker
+
+
+def plant_hooks(hooks: Path, script: Path) -> None:
+    hooks.mkdir(parents=True, exist_ok=True)
+    for name in (
+        "pre-commit", "commit-msg", "post-commit", "post-checkout", "pre-merge-commit",
+        "post-merge", "reference-transaction", "prepare-commit-msg", "post-index-change",
+    ):  # fmt: skip
+        (hooks / name).write_text(script.read_text())
+        (hooks / name).chmod(0o755)
+
+
+# --- create and finish ------------------------------------------------------------------
+
+
+async def test_unchanged_child_leaves_no_worktree_and_no_branch(repo: Path, base_dir: Path) -> None:
+    worktree = await create(repo, "task-a-1", base_dir)
+    assert worktree.path == base_dir / "task-a-1"
+    assert worktree.branch == "baton/task-a-1" and worktree.base == head(repo)
+    assert worktree.repo == repo
+    assert worktree.git_dir == repo / ".git" / "worktrees" / "task-a-1"
+    assert (worktree.path / "a.txt").read_text() == "one\ntwo\nthree\n"
+    assert "locked" in git(repo, "worktree", "list", "--porcelain")
+
+    assert await finish(worktree, message="nothing") is None
+    assert not worktree.path.exists() and not worktree.git_dir.exists()
+    assert branches(repo) == ["main"]
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+async def test_changes_are_committed_with_baton_identity(repo: Path, base_dir: Path) -> None:
+    worktree = await create(repo, "task-a-2", base_dir)
+    (worktree.path / "a.txt").write_text("one\nTWO\nthree\nfour\n")
+    (worktree.path / "src").mkdir()
+    (worktree.path / "src" / "new.py").write_text("x = 1\n")
+    (worktree.path / "logo.png").write_bytes(b"\x89PNG\x00\x01\x02")
+
+    change = await finish(worktree, message="Baton task task-a-2: edit a.txt")
+    assert isinstance(change, Change)
+    assert change.branch == "baton/task-a-2"
+    assert change.commit == git(repo, "rev-parse", "baton/task-a-2").strip()
+    assert sorted(change.files, key=lambda f: f.path) == [
+        FileChange(path="a.txt", added=2, removed=1),
+        FileChange(path="logo.png", added=0, removed=0, binary=True),
+        FileChange(path="src/new.py", added=1, removed=0),
+    ]
+    assert change.summary().startswith("3 files changed, +3 \N{MINUS SIGN}1: ")
+    assert "logo.png (binary)" in change.summary()
+    assert "src/new.py (+1 \N{MINUS SIGN}0)" in change.summary()
+    identity = git(repo, "log", "-1", "--format=%an <%ae>|%cn <%ce>|%s", "baton/task-a-2")
+    assert identity.strip() == (
+        "Baton <baton@localhost>|Baton <baton@localhost>|Baton task task-a-2: edit a.txt"
+    )
+    assert not worktree.path.exists() and not worktree.git_dir.exists()
+    assert git(repo, "status", "--porcelain") == "" and head(repo) == worktree.base
+
+
+async def test_changes_use_the_repository_identity_when_set(repo: Path, base_dir: Path) -> None:
+    git(repo, "config", "user.name", "Ada Lovelace")
+    git(repo, "config", "user.email", "ada@example.com")
+    worktree = await create(repo, "task-a-3", base_dir)
+    (worktree.path / "b.txt").write_text("b\n")
+    assert await finish(worktree, message="add b") is not None
+    author = git(repo, "log", "-1", "--format=%an <%ae>|%cn <%ce>", "baton/task-a-3").strip()
+    assert author == "Ada Lovelace <ada@example.com>|Ada Lovelace <ada@example.com>"
+
+
+async def test_commits_the_child_made_itself_count(repo: Path, base_dir: Path) -> None:
+    worktree = await create(repo, "task-a-4", base_dir)
+    (worktree.path / "c.txt").write_text("c\n")
+    git(worktree.path, "add", "c.txt")
+    git(worktree.path, "commit", "--quiet", "-m", "child commit")
+    (worktree.path / "d.txt").write_text("d\n")
+
+    change = await finish(worktree, message="finish")
+    assert change is not None
+    assert {f.path for f in change.files} == {"c.txt", "d.txt"}
+    log = git(repo, "log", "--format=%s", f"{worktree.base}..baton/task-a-4").split("\n")
+    assert log[:2] == ["finish", "child commit"]
+
+
+async def test_deleted_files_count_and_a_reverted_commit_is_unchanged(
+    repo: Path, base_dir: Path
+) -> None:
+    worktree = await create(repo, "task-a-5", base_dir)
+    (worktree.path / "a.txt").unlink()
+    change = await finish(worktree, message="delete")
+    assert change is not None and change.files == (FileChange(path="a.txt", added=0, removed=3),)
+
+    worktree = await create(repo, "task-a-6", base_dir)
+    (worktree.path / "a.txt").write_text("changed\n")
+    git(worktree.path, "commit", "--quiet", "-am", "change")
+    git(worktree.path, "revert", "--no-edit", "HEAD")
+    assert await finish(worktree, message="nothing left") is None
+    assert "baton/task-a-6" not in branches(repo)
+
+
+async def test_create_explains_what_is_wrong(tmp_path: Path, repo: Path, base_dir: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with pytest.raises(WorktreeError, match="is not a git repository: isolation: worktree"):
+        await create(plain, "task-a-1", base_dir)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    git(empty, "init", "--quiet")
+    with pytest.raises(WorktreeError, match="has no commit yet"):
+        await create(empty, "task-a-1", base_dir)
+    with pytest.raises(WorktreeError, match="is not a directory"):
+        await create(tmp_path / "missing", "task-a-1", base_dir)
+    for bad in ("task-A", "task-../x", "x-task-a", "task-a\n", "task-a/b", "--force", "task-"):
+        with pytest.raises(WorktreeError, match="Invalid task id"):
+            await create(repo, bad, base_dir)
+    with pytest.raises(WorktreeError, match="outside the workspace"):
+        await create(repo, "task-a-1", repo / "worktrees")
+    await create(repo, "task-a-1", base_dir)
+    with pytest.raises(WorktreeError, match="Could not create a worktree for task-a-1"):
+        await create(repo, "task-a-1", base_dir)
+    assert not (repo / "worktrees").exists()
+
+
+async def test_sixteen_children_edit_the_same_file_in_parallel(repo: Path, base_dir: Path) -> None:
+    ids = [f"task-p-{n}" for n in range(16)]
+    worktrees = await asyncio.gather(*(create(repo, task_id, base_dir) for task_id in ids))
+    assert len({w.path for w in worktrees}) == 16
+
+    async def edit_and_finish(worktree: Worktree, n: int) -> Change | None:
+        (worktree.path / "a.txt").write_text(f"child {n}\n")
+        return await finish(worktree, message=f"child {n}")
+
+    changes = await asyncio.gather(*(edit_and_finish(w, n) for n, w in enumerate(worktrees)))
+    assert all(change is not None for change in changes)
+    for n, task_id in enumerate(ids):
+        assert git(repo, "show", f"baton/{task_id}:a.txt") == f"child {n}\n"
+    assert len(branches(repo)) == 17
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert (repo / "a.txt").read_text() == "one\ntwo\nthree\n"
+
+
+# --- merge and discard -------------------------------------------------------------------
+
+
+async def finished(repo: Path, base_dir: Path, task_id: str, files: dict[str, str]) -> str:
+    """A finished child's branch holding `files`."""
+    worktree = await create(repo, task_id, base_dir)
+    for name, text in files.items():
+        (worktree.path / name).write_text(text)
+    change = await finish(worktree, message=f"{task_id} work")
+    assert change is not None
+    return change.branch
+
+
+async def test_merge_makes_a_merge_commit_and_deletes_the_branch(
+    repo: Path, base_dir: Path
+) -> None:
+    branch = await finished(repo, base_dir, "task-m-1", {"new.txt": "new\n"})
+    before = head(repo)
+    outcome = await merge(repo, branch, message="Merge task-m-1")
+    assert outcome.merged and outcome.commit == head(repo) and outcome.conflicts == ()
+    assert "Merged baton/task-m-1 into main" in outcome.message
+    parents = git(repo, "rev-list", "--parents", "-n", "1", "HEAD").split()
+    assert parents[1:] == [before, git(repo, "rev-parse", "HEAD^2").strip()]
+    assert git(repo, "log", "-1", "--format=%s").strip() == "Merge task-m-1"
+    assert (repo / "new.txt").read_text() == "new\n"
+    assert branches(repo) == ["main"] and git(repo, "status", "--porcelain") == ""
+
+
+async def test_merge_conflict_leaves_the_checkout_as_it_was(repo: Path, base_dir: Path) -> None:
+    first = await finished(repo, base_dir, "task-m-2", {"a.txt": "one\nFIRST\nthree\n"})
+    second = await finished(repo, base_dir, "task-m-3", {"a.txt": "one\nSECOND\nthree\n"})
+    assert (await merge(repo, first, message="first")).merged
+    (repo / "notes.txt").write_text("untracked\n")
+    git(repo, "commit", "--quiet", "--allow-empty", "-m", "sync")
+    (repo / "a.txt").write_text((repo / "a.txt").read_text())  # unchanged content
+    status_before, head_before = git(repo, "status", "--porcelain"), head(repo)
+
+    outcome = await merge(repo, second, message="second")
+    assert not outcome.merged and outcome.commit is None
+    assert outcome.conflicts == ("a.txt",)
+    assert "a.txt" in outcome.message and "baton/task-m-3" in outcome.message
+    assert git(repo, "status", "--porcelain") == status_before
+    assert head(repo) == head_before
+    assert (repo / "a.txt").read_text() == "one\nFIRST\nthree\n"
+    assert second in branches(repo)
+    assert not (repo / ".git" / "MERGE_HEAD").exists()
+
+
+async def test_merge_refuses_local_changes_it_would_overwrite(repo: Path, base_dir: Path) -> None:
+    branch = await finished(repo, base_dir, "task-m-4", {"a.txt": "child\n"})
+    (repo / "a.txt").write_text("my own edit\n")
+    (repo / "other.txt").write_text("untracked\n")
+    status_before, head_before = git(repo, "status", "--porcelain"), head(repo)
+
+    outcome = await merge(repo, branch, message="m")
+    assert not outcome.merged and outcome.conflicts == ()
+    assert "local changes (a.txt)" in outcome.message and "Nothing was changed" in outcome.message
+    assert git(repo, "status", "--porcelain") == status_before and head(repo) == head_before
+    assert (repo / "a.txt").read_text() == "my own edit\n"
+    assert branch in branches(repo)
+
+
+async def test_merge_keeps_unrelated_local_changes(repo: Path, base_dir: Path) -> None:
+    branch = await finished(repo, base_dir, "task-m-5", {"b.txt": "b\n"})
+    (repo / "a.txt").write_text("my own edit\n")
+    outcome = await merge(repo, branch, message="m")
+    assert outcome.merged
+    assert (repo / "a.txt").read_text() == "my own edit\n" and (repo / "b.txt").exists()
+
+
+async def test_merge_refuses_detached_head_and_missing_branch(repo: Path, base_dir: Path) -> None:
+    branch = await finished(repo, base_dir, "task-m-6", {"b.txt": "b\n"})
+    missing = await merge(repo, "baton/task-nope", message="m")
+    assert not missing.merged and "No branch baton/task-nope" in missing.message
+    git(repo, "checkout", "--quiet", "--detach")
+    detached = await merge(repo, branch, message="m")
+    assert not detached.merged and "detached HEAD" in detached.message
+    assert branch in branches(repo)
+
+
+async def test_merge_refuses_a_running_task(repo: Path, base_dir: Path) -> None:
+    worktree = await create(repo, "task-m-7", base_dir)
+    outcome = await merge(repo, worktree.branch, message="m")
+    assert not outcome.merged and "running task" in outcome.message
+    assert worktree.path.exists()
+
+
+async def test_discard_removes_branch_and_worktree(repo: Path, base_dir: Path) -> None:
+    branch = await finished(repo, base_dir, "task-d-1", {"b.txt": "b\n"})
+    assert await discard(repo, branch) is True
+    assert branches(repo) == ["main"]
+    assert await discard(repo, branch) is False
+
+    worktree = await create(repo, "task-d-2", base_dir)  # left behind by a crash
+    assert await discard(repo, worktree.branch) is True
+    assert not worktree.path.exists() and branches(repo) == ["main"]
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+async def test_names_that_are_not_baton_branches_are_refused(repo: Path) -> None:
+    git(repo, "branch", "other")
+    head_before = head(repo)
+    for name in (
+        "--upload-pack=x", "main", "other", "baton/../main", "baton/task-a..b", "baton/task-A",
+        "baton/task-a\n", "refs/heads/main", "-D", "baton/task-a b", "baton/task-a/b",
+    ):  # fmt: skip
+        outcome = await merge(repo, name, message="m")
+        assert not outcome.merged and "is not a Baton branch" in outcome.message
+        with pytest.raises(WorktreeError, match="is not a Baton branch"):
+            await discard(repo, name)
+    assert branches(repo) == ["main", "other"] and head(repo) == head_before
+
+
+# --- the hostile child --------------------------------------------------------------------
+
+
+async def test_no_hook_ever_runs(tmp_path: Path, repo: Path, base_dir: Path) -> None:
+    script, marker = trap_script(tmp_path)
+    plant_hooks(repo / ".git" / "hooks", script)
+    plant_hooks(tmp_path / "their-hooks", script)
+    git(repo, "config", "core.hooksPath", str(tmp_path / "their-hooks"))
+    git(repo, "config", "commit.gpgsign", "true")
+    git(repo, "config", "gpg.program", str(script))
+
+    branch = await finished(repo, base_dir, "task-h-1", {"b.txt": "b\n"})
+    assert (await merge(repo, branch, message="merge")).merged
+    worktree = await create(repo, "task-h-2", base_dir)
+    assert await finish(worktree, message="unchanged") is None
+    assert not marker.exists()
+
+
+def evil_git_dir(tmp_path: Path, script: Path) -> Path:
+    """A git directory whose config runs `script` from every door we know of."""
+    evil = tmp_path / "evil.git"
+    git(tmp_path, "init", "--quiet", "--bare", str(evil))
+    plant_hooks(evil / "hooks", script)
+    for key, value in {
+        "core.bare": "false",
+        "core.fsmonitor": str(script),
+        "core.hooksPath": str(evil / "hooks"),
+        "filter.evil.clean": str(script),
+        "filter.evil.smudge": str(script),
+        "filter.evil.process": str(script),
+        "diff.external": str(script),
+        "core.pager": str(script),
+        "core.editor": str(script),
+        "commit.gpgsign": "true",
+        "gpg.program": str(script),
+    }.items():
+        git(evil, "config", key, value)
+    return evil
+
+
+async def test_a_rewritten_git_file_is_never_followed(
+    tmp_path: Path, repo: Path, base_dir: Path
+) -> None:
+    script, marker = trap_script(tmp_path)
+    evil = evil_git_dir(tmp_path, script)
+    worktree = await create(repo, "task-e-1", base_dir)
+    (worktree.path / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    (worktree.path / "a.txt").write_text("the child's real change\n")
+    (worktree.path / ".git").write_text(f"gitdir: {evil}\n")
+    # The trap is armed: git trusting the .git file would run it.
+    git(worktree.path, "status", check=False)
+    assert marker.exists()
+    marker.unlink()
+
+    change = await finish(worktree, message="real work")
+    assert not marker.exists()
+    assert change is not None
+    assert {f.path for f in change.files} == {".gitattributes", "a.txt"}
+    assert git(repo, "show", f"{change.branch}:a.txt") == "the child's real change\n"
+    assert ".git\n" not in git(repo, "ls-tree", "--name-only", change.branch)
+    assert not worktree.path.exists() and not worktree.git_dir.exists()
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert (await merge(repo, change.branch, message="merge")).merged
+    assert not marker.exists()
+
+
+async def test_a_rewritten_commondir_is_never_followed(
+    tmp_path: Path, repo: Path, base_dir: Path
+) -> None:
+    """Should the sandbox ever let a child write its admin dir, the common dir stays ours."""
+    script, marker = trap_script(tmp_path)
+    evil = evil_git_dir(tmp_path, script)
+    worktree = await create(repo, "task-e-2", base_dir)
+    (worktree.path / ".gitattributes").write_text("* filter=evil\n")
+    (worktree.path / "a.txt").write_text("change\n")
+    (worktree.git_dir / "commondir").write_text(f"{evil}\n")
+
+    change = await finish(worktree, message="work")
+    assert not marker.exists()
+    assert change is not None and git(repo, "show", f"{change.branch}:a.txt") == "change\n"
+
+
+async def test_a_child_moving_head_cannot_commit_onto_main(repo: Path, base_dir: Path) -> None:
+    worktree = await create(repo, "task-e-3", base_dir)
+    git(worktree.path, "checkout", "--quiet", "--ignore-other-worktrees", "main")
+    (worktree.path / "a.txt").write_text("sneaky\n")
+    main_before = head(repo)
+
+    change = await finish(worktree, message="work")
+    assert head(repo) == main_before
+    assert change is not None and change.branch == "baton/task-e-3"
+    assert git(repo, "show", "baton/task-e-3:a.txt") == "sneaky\n"
+
+
+async def test_a_nested_repository_runs_nothing(tmp_path: Path, repo: Path, base_dir: Path) -> None:
+    script, marker = trap_script(tmp_path)
+    worktree = await create(repo, "task-e-4", base_dir)
+    nested = worktree.path / "sub"
+    nested.mkdir()
+    git(nested, "init", "--quiet")
+    (nested / "x.txt").write_text("x\n")
+    git(nested, "add", "x.txt")
+    git(nested, "commit", "--quiet", "-m", "x")
+    for key in ("core.fsmonitor", "filter.evil.clean", "filter.evil.process", "core.hooksPath"):
+        git(nested, "config", key, str(script))
+    (nested / ".gitattributes").write_text("* filter=evil\n")
+    (nested / "x.txt").write_text("dirty\n")
+    (worktree.path / "top.txt").write_text("top\n")
+
+    change = await finish(worktree, message="work")
+    assert not marker.exists()
+    assert change is not None and "top.txt" in {f.path for f in change.files}
+
+
+async def test_odd_names_symlinks_and_fifos(tmp_path: Path, repo: Path, base_dir: Path) -> None:
+    worktree = await create(repo, "task-e-5", base_dir)
+    odd = ["-rf", "new\nline.txt", "with space.txt", "ünïcödé.txt", "--", "tab\there"]
+    for name in odd:
+        (worktree.path / name).write_text(f"{name}\n")
+    (worktree.path / "link").symlink_to("/etc/passwd")
+    os.mkfifo(worktree.path / "pipe")
+
+    change = await asyncio.wait_for(finish(worktree, message="odd"), timeout=30)
+    assert change is not None
+    assert {f.path for f in change.files} == {*odd, "link"}
+    tree = git(repo, "ls-tree", "-z", change.branch).split("\0")
+    link = next(entry for entry in tree if entry.endswith("\tlink"))
+    assert link.startswith("120000 blob ")
+    assert git(repo, "cat-file", "-p", f"{change.branch}:link") == "/etc/passwd"
+    summary = change.summary()
+    assert "\n" not in summary and "new\\nline.txt (+2 \N{MINUS SIGN}0)" in summary
+    assert "tab\\there" in summary
+
+
+async def test_inherited_git_environment_is_ignored(
+    tmp_path: Path, repo: Path, base_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script, marker = trap_script(tmp_path)
+    evil = evil_git_dir(tmp_path, script)
+    monkeypatch.setenv("GIT_DIR", str(evil))
+    monkeypatch.setenv("GIT_WORK_TREE", str(tmp_path))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(tmp_path / "index"))
+    monkeypatch.setenv("GIT_CONFIG_PARAMETERS", f"'core.fsmonitor'='{script}'")
+    monkeypatch.setenv("GIT_EXTERNAL_DIFF", str(script))
+    worktree = await create(repo, "task-e-6", base_dir)
+    (worktree.path / "a.txt").write_text("x\n")
+    change = await finish(worktree, message="work")
+    assert change is not None and (await merge(repo, change.branch, message="m")).merged
+    assert not marker.exists()
+
+
+def test_summary_caps_the_file_list() -> None:
+    files = tuple(FileChange(path=f"f{n}.txt", added=1, removed=0) for n in range(25))
+    summary = Change(branch="baton/task-x", commit="0" * 40, files=files).summary()
+    assert summary.startswith("25 files changed, +25 \N{MINUS SIGN}0: f0.txt (+1 \N{MINUS SIGN}0)")
+    assert summary.endswith("f19.txt (+1 \N{MINUS SIGN}0), … and 5 more")
+    one = Change(branch="b", commit="c", files=(FileChange(path="a", added=2, removed=3),))
+    assert one.summary() == "1 file changed, +2 \N{MINUS SIGN}3: a (+2 \N{MINUS SIGN}3)"
