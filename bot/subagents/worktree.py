@@ -148,6 +148,8 @@ async def finish(worktree: Worktree, *, message: str) -> Change | None:
     tree as `base` (nothing to merge). If anything fails the worktree is left in place
     and WorktreeError is raised, so no work is ever thrown away by accident.
     """
+    if not await asyncio.to_thread(worktree.path.is_dir):
+        raise WorktreeError(f"The worktree of {worktree.branch} at {worktree.path} is gone")
     workspace = await _open_repo(worktree.repo)
     git = _common_git(worktree)
     tip = await _commit_work_tree(git, workspace, worktree, message)
@@ -246,13 +248,16 @@ class _Repo(_Git):
 async def _run_git(args: Sequence[str], *, cwd: Path, env: dict[str, str]) -> _Result:
     """Run git without a shell, bounded in time and output; the process never outlives us."""
     safe = [item for pair in _SAFE_CONFIG for item in ("-c", pair)]
-    process = await asyncio.create_subprocess_exec(
-        "git", *safe, *args,
-        cwd=cwd, env=_git_environment(env),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    try:
+        process = await asyncio.create_subprocess_exec(
+            "git", *safe, *args,
+            cwd=cwd, env=_git_environment(env),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+    except OSError as error:
+        raise WorktreeError(f"Could not run git in {cwd}: {error}") from error
     assert process.stdout is not None and process.stderr is not None
     try:
         async with asyncio.timeout(_TIMEOUT_S):
@@ -326,8 +331,12 @@ def _common_git(worktree: Worktree) -> _Git:
     common_dir = worktree.git_dir.parent.parent
     return _Git(
         cwd=worktree.path,
-        options=(f"--git-dir={common_dir}", f"--work-tree={worktree.path}"),
-    )
+        # The workspace's own sparse-checkout must not hide the child's files from `add`.
+        options=(
+            f"--git-dir={common_dir}", f"--work-tree={worktree.path}",
+            "-c", "core.sparseCheckout=false",
+        ),
+    )  # fmt: skip
 
 
 # --- create ----------------------------------------------------------------------------
@@ -453,16 +462,22 @@ async def _remove_own_worktree(workspace: _Repo, worktree: Worktree) -> None:
     """Remove a worktree whose paths we created ourselves, even if the child broke its `.git`.
 
     git refuses to remove a worktree whose `.git` file no longer points back at its
-    admin dir; then we delete both directories ourselves. `shutil.rmtree` never follows
-    symlinks, so links the child left cannot lead the deletion elsewhere.
+    admin dir; then we delete both directories ourselves, once they are where `create`
+    puts them. `shutil.rmtree` never follows symlinks, so links the child left cannot
+    lead the deletion elsewhere.
     """
     await workspace.run("worktree", "unlock", str(worktree.path))
     result = await workspace.run("worktree", "remove", "--force", str(worktree.path))
     if result.returncode == 0:
         return
+    if (
+        worktree.git_dir.parent != workspace.common_dir / "worktrees"
+        or worktree.path.is_relative_to(workspace.top)
+        or workspace.top.is_relative_to(worktree.path)
+    ):
+        raise WorktreeError(f"Could not remove the worktree at {worktree.path}: {result.error}")
     await asyncio.to_thread(_remove_tree, worktree.path)
     await asyncio.to_thread(_remove_tree, worktree.git_dir)
-    await workspace.run("worktree", "prune")
 
 
 def _remove_tree(path: Path) -> None:

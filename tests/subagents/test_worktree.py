@@ -110,6 +110,8 @@ async def test_unchanged_child_leaves_no_worktree_and_no_branch(repo: Path, base
     assert not worktree.path.exists() and not worktree.git_dir.exists()
     assert branches(repo) == ["main"]
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    with pytest.raises(WorktreeError, match="is gone"):
+        await finish(worktree, message="again")
 
 
 async def test_changes_are_committed_with_baton_identity(repo: Path, base_dir: Path) -> None:
@@ -336,13 +338,14 @@ async def test_names_that_are_not_baton_branches_are_refused(repo: Path) -> None
 # --- the hostile child --------------------------------------------------------------------
 
 
-async def test_no_hook_ever_runs(tmp_path: Path, repo: Path, base_dir: Path) -> None:
+async def test_no_hook_or_fsmonitor_ever_runs(tmp_path: Path, repo: Path, base_dir: Path) -> None:
     script, marker = trap_script(tmp_path)
     plant_hooks(repo / ".git" / "hooks", script)
     plant_hooks(tmp_path / "their-hooks", script)
     git(repo, "config", "core.hooksPath", str(tmp_path / "their-hooks"))
     git(repo, "config", "commit.gpgsign", "true")
     git(repo, "config", "gpg.program", str(script))
+    git(repo, "config", "core.fsmonitor", str(script))
 
     branch = await finished(repo, base_dir, "task-h-1", {"b.txt": "b\n"})
     assert (await merge(repo, branch, message="merge")).merged
