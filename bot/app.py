@@ -26,6 +26,7 @@ from bot.store.signals import Signals
 from bot.store.tasks import TaskStore
 from bot.store.usage import UsageStore
 from bot.subagents import BUILTIN_AGENTS, AgentRegistry, SubAgentRunner, TaskTracker
+from bot.subagents.branches import discard_branch, merge_branch
 from bot.tools import ToolRegistry, Workspace
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,22 @@ class Baton:
         if channel_id is None:
             return self.default_site
         return self.channel_sites.get(channel_id, self.default_site)
+
+    async def merge_task(self, task_id: str, *, by: str) -> str:
+        """Merge an isolated task's branch into its site's checkout; what happened."""
+        task = await self.tracker.store.get(task_id)
+        if task is None:
+            return f"There is no task `{task_id}`."
+        root = self.site_for(task.channel_id).root
+        return await merge_branch(self.tracker, task, root=root, by=by)
+
+    async def discard_task(self, task_id: str, *, by: str) -> str:
+        """Delete an isolated task's branch and its work; what happened."""
+        task = await self.tracker.store.get(task_id)
+        if task is None:
+            return f"There is no task `{task_id}`."
+        root = self.site_for(task.channel_id).root
+        return await discard_branch(self.tracker, task, root=root, by=by)
 
     @property
     def sites(self) -> tuple[Site, ...]:

@@ -105,16 +105,8 @@ def site_directories(settings: Settings) -> list[Path]:
 async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[Path]) -> Site:
     """Build the parts working in `directory`; `others` are the other sites' directories."""
     settings = shared.settings
-    config = list(shared.config_files)
-    # Baton's database and configuration, and every other site's files, are out of
-    # this site's reach: the file tools are confined to `directory` and refuse Baton's
-    # files by identity; the sandbox hides them wherever they would be visible.
-    policy = SandboxPolicy.for_workspace(
-        directory,
-        masked=[*config, *others],
-        databases=list(shared.database_files)[:1],
-        network=settings.sandbox.network,
-    )
+    others = list(others)
+    policy = _policy(directory, shared, masked=others)
     sandbox = await Sandbox.probe(policy)
     if not sandbox.available:
         logger.warning(
@@ -122,30 +114,16 @@ async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[P
             directory,
             sandbox.reason,
         )
-    workspace = Workspace(
-        directory,
-        protected_files=config,
-        private_files=[*shared.database_files, *config],
-        # What the file tools create belongs to whom the commands run as.
-        owner=sandbox.run_as,
-    )
-    tools = build_workspace_tools(
-        workspace,
-        environment=os.environ,
-        is_secret=lambda path: find_path_danger(path) is not None,
-        sandbox=sandbox,
-        policy=policy,
-    )
-    permissions = PermissionHook(
-        PermissionRules.parse(
-            allow=settings.permissions.allow,
-            ask=settings.permissions.ask_rules(),
-            deny=settings.permissions.deny,
-        ),
-        workspace,
-        sandboxed=sandbox.available,
-    )
+    workspace, tools, permissions = _working_parts(directory, shared, sandbox, policy)
     hooks: tuple[Hook, ...] = (permissions,)
+
+    async def isolated(tree: Path) -> tuple[ToolRegistry, tuple[Hook, ...]]:
+        # An isolated child's worktree: the same sandbox and rules, confined to the
+        # worktree, with this site's own directory hidden like every other site's.
+        tree_policy = _policy(tree, shared, masked=[*others, directory])
+        _, tree_tools, tree_permissions = _working_parts(tree, shared, sandbox, tree_policy)
+        return tree_tools, (tree_permissions,)
+
     agents = AgentRegistry(agent_roots(settings, workspace.root), BUILTIN_AGENTS)
     runner = SubAgentRunner(
         llm=shared.llm,
@@ -157,6 +135,10 @@ async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[P
         max_background_tasks=settings.max_background_tasks,
         context_window=settings.context_window,
         counter=shared.counter,
+        registry=agents,
+        max_task_depth=settings.max_task_depth,
+        isolated=isolated,
+        worktrees_dir=settings.state_dir / "worktrees",
     )
     main_agent = MainAgent(
         llm=shared.llm,
@@ -183,3 +165,51 @@ async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[P
             store=shared.store, main_agent=main_agent, tracker=shared.tracker
         ),
     )
+
+
+def _policy(directory: Path, shared: SharedParts, *, masked: Iterable[Path]) -> SandboxPolicy:
+    """What commands in `directory` may touch.
+
+    Baton's database and configuration, and every other site's files, are out of
+    reach: the file tools are confined to `directory` and refuse Baton's files by
+    identity; the sandbox hides them wherever they would be visible.
+    """
+    return SandboxPolicy.for_workspace(
+        directory,
+        masked=[*shared.config_files, *masked],
+        databases=list(shared.database_files)[:1],
+        network=shared.settings.sandbox.network,
+    )
+
+
+def _working_parts(
+    directory: Path, shared: SharedParts, sandbox: Sandbox, policy: SandboxPolicy
+) -> tuple[Workspace, ToolRegistry, PermissionHook]:
+    """The workspace, the built-in tools working there, and the permission hook."""
+    settings = shared.settings
+    config = list(shared.config_files)
+    workspace = Workspace(
+        directory,
+        protected_files=config,
+        private_files=[*shared.database_files, *config],
+        # What the file tools create belongs to whom the commands run as.
+        owner=sandbox.run_as,
+    )
+    tools = build_workspace_tools(
+        workspace,
+        environment=os.environ,
+        is_secret=lambda path: find_path_danger(path) is not None,
+        sandbox=sandbox,
+        policy=policy,
+    )
+    permissions = PermissionHook(
+        PermissionRules.parse(
+            allow=settings.permissions.allow,
+            ask=settings.permissions.ask_rules(),
+            deny=settings.permissions.deny,
+        ),
+        workspace,
+        sandboxed=sandbox.available,
+    )
+    return workspace, tools, permissions
+

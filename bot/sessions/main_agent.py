@@ -17,6 +17,7 @@ from bot.subagents import (
     SubAgentRunner,
     TaskTool,
 )
+from bot.subagents.control import control_tools
 from bot.tools import ToolRegistry
 
 
@@ -78,6 +79,8 @@ class MainAgent:
             user_id=turn.user_id,
             progress=turn.progress,
             meter=turn.meter,
+            depth=0,
+            root=self.runner.workspace,
         )
 
     def build_engine(self, turn: Turn) -> Engine:
@@ -87,7 +90,14 @@ class MainAgent:
         return Engine(
             llm=self.llm,
             model=self.model,
-            tools=self.tools.with_tools([task_tool]),
+            tools=self.tools.with_tools(
+                [
+                    task_tool,
+                    *control_tools(
+                        self.runner.tracker, session_id=turn.session.id, parent_id=None
+                    ),
+                ]
+            ),
             system_prompt=self.system_prompt,
             hooks=self.hooks,
             approval=turn.approval,

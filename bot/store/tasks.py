@@ -450,6 +450,16 @@ class TaskStore:
                 taken.append((row.task_id, row.author, row.text))
         return taken
 
+    async def record_branch(self, task_id: str, *, branch: str, change: str) -> None:
+        """Name the branch holding an ended task's work (kept when it was cancelled)."""
+        async with self.database.sessions() as session:
+            await session.exec(
+                update(TaskRow)
+                .where(col(TaskRow.id) == task_id, col(TaskRow.branch).is_(None))
+                .values(branch=branch, change=change, merge_state="pending")
+            )
+            await session.commit()
+
     async def move_merge_state(
         self, task_id: str, *, old: MergeState, new: MergeState
     ) -> TaskRecord | None:

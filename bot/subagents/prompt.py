@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bot.subagents.definition import AgentDefinition
 from bot.subagents.loader import split_frontmatter
+from bot.subagents.memory import memory_prompt, read_memory
 
 logger = logging.getLogger(__name__)
 
@@ -35,15 +36,42 @@ def load_skill(skills_dir: Path, name: str) -> str | None:
     return body.strip() or None
 
 
+HANDOFF_INSTRUCTIONS = (
+    "When you are done, call submit_result exactly once with your result: status "
+    "(complete, blocked or uncertain), answer, evidence (file:line references, command "
+    "output excerpts, URLs), limitations, and claims ({topic, position}) for the points "
+    "another agent might see differently. Then end with one short line."
+)
+ISOLATION_NOTE = (
+    "This directory is a git worktree of the project made for you alone, on a branch of "
+    "its own: change files freely. Baton commits your changes on that branch when you "
+    "finish, and a person decides whether to merge them; do not run git commands that "
+    "need the repository (they are not available here)."
+)
+
+
 def build_child_prompt(
-    definition: AgentDefinition, *, workspace: Path, skills_dir: Path
+    definition: AgentDefinition,
+    *,
+    workspace: Path,
+    skills_dir: Path,
+    memory_root: Path | None = None,
+    isolated: bool = False,
 ) -> ChildPrompt:
-    """Compose the child's system prompt; a missing skill is reported, not fatal."""
+    """Compose the child's system prompt; a missing skill is reported, not fatal.
+
+    `memory_root`: the project whose `.baton/memory/<agent>.md` the agent reads (None:
+    no memory). `isolated`: the child works in a worktree of its own.
+    """
     sections = [
         definition.system_prompt,
         f"You work in this directory (the workspace): {workspace}\n"
         "Relative paths are resolved from it; you cannot use paths outside it.",
     ]
+    if isolated:
+        sections.append(ISOLATION_NOTE)
+    if memory_root is not None:
+        sections.append(memory_prompt(definition.name, read_memory(memory_root, definition.name)))
     missing = []
     for name in definition.skills:
         body = load_skill(skills_dir, name)
@@ -57,4 +85,5 @@ def build_child_prompt(
             )
             continue
         sections.append(f'<skill name="{name}">\n{body}\n</skill>')
+    sections.append(HANDOFF_INSTRUCTIONS)
     return ChildPrompt(text="\n\n".join(sections), missing_skills=tuple(missing))

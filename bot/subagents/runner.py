@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bot.engine import (
@@ -29,12 +29,24 @@ from bot.engine import (
     ToolStart,
     Usage,
 )
+from bot.engine.messages import ChatMessage
 from bot.engine.tokens import TokenCounter
+from bot.errors import ToolError
 from bot.store.tasks import TaskRecord, TaskState
+from bot.subagents import worktree as worktrees
+from bot.subagents.control import control_tools
 from bot.subagents.definition import TASK_TOOL_NAME, AgentDefinition
+from bot.subagents.handoff import (
+    HANDOFF_REQUEST,
+    Handoff,
+    SubmitResult,
+    fallback_handoff,
+)
+from bot.subagents.memory import Remember
 from bot.subagents.prompt import build_child_prompt
+from bot.subagents.registry import AgentRegistry
 from bot.subagents.tracker import TaskTracker
-from bot.tools.base import ToolRegistry
+from bot.tools.base import Tool, ToolRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +71,14 @@ class SubAgentEvent:
 
 
 ProgressSink = Callable[[SubAgentEvent], None]
+# The tools and hooks of a site, rebuilt to work in another directory (a worktree):
+# the same rules and sandbox, confined to that directory instead of the workspace.
+IsolatedSite = Callable[[Path], Awaitable[tuple[ToolRegistry, tuple[Hook, ...]]]]
+NO_HANDOFF_REASON = (
+    "the sub-agent ended without a valid handoff (submit_result), even when asked once; "
+    "its last text is kept as the answer"
+)
+HANDOFF_TURNS = 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +95,12 @@ class ParentContext:
     # The run's meter: every child, foreground or background, spends the same budget,
     # and a background child keeps charging it after the parent's turn is over.
     meter: Meter | None = None
+    # How deep the delegating run is (the main agent: 0), and its task (None: main).
+    depth: int = 0
+    task_id: str | None = None
+    # Where the delegating run works (None: the site's workspace); a worktree for an
+    # isolated child, whose own children start from there.
+    root: Path | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +114,24 @@ class TaskOutcome:
     error: str | None
     usage: Usage
     turns: int
+    handoff: Handoff | None = None
+    branch: str | None = None
+    change: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class _Ending:
+    """What a child's engine runs ended with, before the task is recorded as finished."""
+
+    state: TaskState
+    text: str
+    error: str | None
+    usage: Usage
+    turns: int
+    handoff: Handoff | None = None
+    branch: str | None = None
+    change: str | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 async def deny_task_hook(invocation: ToolInvocation) -> HookDecision | None:
@@ -95,6 +139,22 @@ async def deny_task_hook(invocation: ToolInvocation) -> HookDecision | None:
     if invocation.tool.name == TASK_TOOL_NAME:
         return HookDecision.deny("sub-agents cannot delegate; the task tool is not for them")
     return None
+
+
+def task_guard(allowed: frozenset[str]) -> Hook:
+    """The second guard for a child that may delegate: only to the agents its file lists."""
+
+    async def guard(invocation: ToolInvocation) -> HookDecision | None:
+        if invocation.tool.name != TASK_TOOL_NAME:
+            return None
+        wanted = getattr(invocation.arguments, "subagent_type", None)
+        if wanted not in allowed:
+            return HookDecision.deny(
+                f"this agent may delegate only to {', '.join(sorted(allowed))}, not {wanted!r}"
+            )
+        return None
+
+    return guard
 
 
 def describe_event(event: RunEvent) -> str | None:
@@ -155,7 +215,16 @@ class SubAgentRunner:
         max_background_tasks: int,
         context_window: int | None = None,
         counter: TokenCounter | None = None,
+        registry: AgentRegistry | None = None,
+        max_task_depth: int = 2,
+        isolated: IsolatedSite | None = None,
+        worktrees_dir: Path | None = None,
     ) -> None:
+        """`registry` serves the `task` tool of children that may delegate (none without
+        it), down to `max_task_depth` (the main agent is 0). `isolated` builds tools
+        working in a worktree under `worktrees_dir`; without both, `isolation: worktree`
+        is refused.
+        """
         self.llm = llm
         self.tracker = tracker
         self.hooks = tuple(hooks)
@@ -168,6 +237,18 @@ class SubAgentRunner:
         # One calibration per model, kept across runs (the main agent uses it too); the
         # composition root shares one between every workspace's runner.
         self.counter = counter if counter is not None else TokenCounter()
+        self.registry = registry
+        self.max_task_depth = max_task_depth
+        self.isolated = isolated
+        self.worktrees_dir = worktrees_dir
+
+    def may_delegate(self, definition: AgentDefinition, depth: int) -> bool:
+        """Whether an agent running at `depth` holds a `task` tool of its own."""
+        return (
+            bool(definition.allowed_subagents)
+            and depth < self.max_task_depth
+            and self.registry is not None
+        )
 
     def build_engine(
         self,
@@ -177,27 +258,48 @@ class SubAgentRunner:
         system_prompt: str,
         *,
         task_id: str | None = None,
+        tools: ToolRegistry | None = None,
+        hooks: Sequence[Hook] | None = None,
+        extra_tools: Sequence[Tool] = (),
+        delegates: frozenset[str] = frozenset(),
     ) -> Engine:
         """A fresh engine for the child: no parent history, no parent system prompt.
 
-        It spends the parent's meter, its charges marked with `task_id`. It has no
-        stored history to fold: its own requests are fitted by trimming and dropping.
+        Its tools are narrowed from `tools` (the parent's, or the same tools rebuilt in
+        the child's worktree), then Baton's control tools (`extra_tools`) are added,
+        which no tool list removes. It spends the parent's meter, its charges marked
+        with `task_id`. It has no stored history to fold: its own requests are fitted by
+        trimming and dropping.
         """
         meter = parent.meter
         if meter is not None and task_id is not None:
             meter = _TaskMeter(meter=meter, task_id=task_id)
+        guard = task_guard(delegates) if delegates else deny_task_hook
         return Engine(
             llm=self.llm,
             model=definition.model or parent.model,
-            tools=definition.resolve_tools(parent.tools),
+            tools=definition.resolve_tools(tools or parent.tools).with_tools(extra_tools),
             system_prompt=system_prompt,
-            hooks=[*self.hooks, deny_task_hook],
+            hooks=[*(self.hooks if hooks is None else hooks), guard],
             approval=approval,
             max_turns=definition.max_turns or self.default_max_turns,
             meter=meter,
             context_window=definition.context_window or self.context_window,
             counter=self.counter,
         )
+
+    async def check_isolation(self, parent: ParentContext) -> None:
+        """Refuse, before anything starts, an isolated child that could not be made.
+
+        Raises:
+            ToolError: No worktrees here, or the workspace is not a git repository.
+        """
+        if self.isolated is None or self.worktrees_dir is None:
+            raise ToolError("isolation: worktree is not available in this workspace")
+        try:
+            await worktrees.check_repository(parent.root or self.workspace)
+        except worktrees.WorktreeError as exc:
+            raise ToolError(f"{exc}; the sub-agent was not started") from exc
 
     async def run_foreground(
         self,
@@ -206,13 +308,35 @@ class SubAgentRunner:
         *,
         description: str,
         parent: ParentContext,
+        isolate: bool = False,
+        group: str | None = None,
     ) -> TaskOutcome:
         """Run a child inside the caller's turn; cancelling the caller cancels it."""
-        record = await self._record(definition, prompt, description, parent, background=False)
+        if isolate:
+            await self.check_isolation(parent)
+        record = await self.tracker.start(
+            session_id=parent.session_id,
+            channel_id=parent.channel_id,
+            agent=definition.name,
+            description=description,
+            prompt=prompt,
+            background=False,
+            started_by=parent.user_id,
+            parent_id=parent.task_id,
+            depth=parent.depth + 1,
+            group=group,
+        )
         # The child runs in a task of its own, known to the tracker, so `/tasks` can
         # cancel it without cancelling the run that waits for it.
         child = asyncio.create_task(
-            self._run(record, definition, prompt, parent, _labelled(parent.approval, record)),
+            self._run(
+                record,
+                definition,
+                prompt,
+                parent,
+                _labelled(parent.approval, record),
+                isolate=isolate,
+            ),
             name=record.id,
         )
         self.tracker.attach(record.id, child)
@@ -229,15 +353,17 @@ class SubAgentRunner:
                 )
                 raise
             detail = await self.tracker.get(record.id)
-            reason = detail.task.error if detail and detail.task.error else "cancelled"
+            task = detail.task if detail else None
             return TaskOutcome(
                 task_id=record.id,
                 agent=definition.name,
                 state="cancelled",
                 text="",
-                error=reason,
+                error=task.error if task and task.error else "cancelled",
                 usage=Usage(),
                 turns=0,
+                branch=task.branch if task else None,
+                change=task.change if task else None,
             )
         except Exception as exc:
             await self.tracker.finish(
@@ -252,12 +378,17 @@ class SubAgentRunner:
         *,
         description: str,
         parent: ParentContext,
+        isolate: bool = False,
+        group: str | None = None,
     ) -> TaskRecord:
         """Start a child outside the caller's turn and return its record at once.
 
         Raises:
             TaskLimitReached: The session has `max_background_tasks` running already.
+            ToolError: An isolated child in a workspace that is not a git repository.
         """
+        if isolate:
+            await self.check_isolation(parent)
         # Counting the session's running background tasks and recording this one are
         # one step across every replica (TaskStore.create_background).
         async with self.tracker.start_lock:
@@ -269,31 +400,15 @@ class SubAgentRunner:
                 description=description,
                 prompt=prompt,
                 started_by=parent.user_id,
+                parent_id=parent.task_id,
+                depth=parent.depth + 1,
+                group=group,
             )
         self.tracker.run_child(
             record.id,
-            self._run_background(record, definition, prompt, parent),
+            self._run_background(record, definition, prompt, parent, isolate=isolate),
         )
         return record
-
-    async def _record(
-        self,
-        definition: AgentDefinition,
-        prompt: str,
-        description: str,
-        parent: ParentContext,
-        *,
-        background: bool,
-    ) -> TaskRecord:
-        return await self.tracker.start(
-            session_id=parent.session_id,
-            channel_id=parent.channel_id,
-            agent=definition.name,
-            description=description,
-            prompt=prompt,
-            background=background,
-            started_by=parent.user_id,
-        )
 
     async def _run_background(
         self,
@@ -301,9 +416,13 @@ class SubAgentRunner:
         definition: AgentDefinition,
         prompt: str,
         parent: ParentContext,
+        *,
+        isolate: bool,
     ) -> None:
         try:
-            await self._run(record, definition, prompt, parent, self._deny_approvals(record))
+            await self._run(
+                record, definition, prompt, parent, self._deny_approvals(record), isolate=isolate
+            )
         except asyncio.CancelledError:
             # An explicit cancel has already written "cancelled"; this covers shutdown.
             await asyncio.shield(
@@ -341,12 +460,172 @@ class SubAgentRunner:
         prompt: str,
         parent: ParentContext,
         approval: ApprovalFunc | None,
+        *,
+        isolate: bool = False,
     ) -> TaskOutcome:
+        """Run the child (in its own worktree when isolated), then record how it ended."""
+        tree: worktrees.Worktree | None = None
+        tools, hooks = parent.tools, self.hooks
+        where = parent.root or self.workspace
+        if isolate:
+            assert self.isolated is not None and self.worktrees_dir is not None
+            try:
+                tree = await worktrees.create(where, record.id, self.worktrees_dir)
+            except worktrees.WorktreeError as exc:
+                error = f"could not make its worktree: {exc}"
+                await self.tracker.append_log(record.id, f"✗ {error}")
+                await self.tracker.finish(record.id, state="failed", error=error)
+                return _failed(record, definition, error)
+            rebuilt, hooks = await self.isolated(tree.path)
+            # The parent's workspace tools, rebuilt in the worktree; any other tool as is.
+            tools = ToolRegistry(rebuilt.get(tool.name) or tool for tool in parent.tools)
+            where = tree.path
+            await self.tracker.append_log(
+                record.id, f"Working in its own worktree on branch {tree.branch}"
+            )
+        try:
+            ending = await self._drive(
+                record, definition, prompt, parent, approval, tools=tools, hooks=hooks, where=where
+            )
+        except asyncio.CancelledError:
+            if tree is not None:
+                await asyncio.shield(self._keep_work(record, tree))
+            raise
+        if tree is not None:
+            change = await self._close_worktree(record, tree)
+            if change is not None:
+                ending.branch, ending.change = change.branch, change.summary()
+        # The stored result is the answer; the status, evidence and limitations are in
+        # the handoff, shown with it wherever a parent or a person reads the result.
+        text = ending.handoff.answer if ending.handoff is not None else ending.text
+        if tree is not None:
+            text += "\n\n" + branch_note(ending.branch, ending.change)
+        await self.tracker.finish(
+            record.id,
+            state=ending.state,
+            result=text,
+            error=ending.error,
+            prompt_tokens=ending.usage.prompt_tokens,
+            completion_tokens=ending.usage.completion_tokens,
+            handoff=ending.handoff.to_json() if ending.handoff else None,
+            branch=ending.branch,
+            change=ending.change,
+        )
+        return TaskOutcome(
+            task_id=record.id,
+            agent=definition.name,
+            state=ending.state,
+            text=text,
+            error=ending.error,
+            usage=ending.usage,
+            turns=ending.turns,
+            handoff=ending.handoff,
+            branch=ending.branch,
+            change=ending.change,
+        )
+
+    async def _close_worktree(
+        self, record: TaskRecord, tree: worktrees.Worktree
+    ) -> worktrees.Change | None:
+        """Commit what the child changed on its branch and remove its worktree."""
+        try:
+            change = await worktrees.finish(
+                tree, message=f"{record.agent}: {record.description} ({record.id})"
+            )
+        except worktrees.WorktreeError as exc:
+            logger.warning("task %s: could not close its worktree: %s", record.id, exc)
+            await self.tracker.append_log(record.id, f"✗ could not commit its changes: {exc}")
+            return None
+        if change is None:
+            await self.tracker.append_log(record.id, "No changes: its worktree and branch removed")
+        else:
+            await self.tracker.append_log(
+                record.id, f"Committed on {change.branch}: {change.summary()}"
+            )
+        return change
+
+    async def _keep_work(self, record: TaskRecord, tree: worktrees.Worktree) -> None:
+        """A cancelled or interrupted child's partial work stays on its branch."""
+        change = await self._close_worktree(record, tree)
+        if change is not None:
+            await self.tracker.store.record_branch(
+                record.id, branch=change.branch, change=change.summary()
+            )
+
+    def _child_tools(
+        self,
+        record: TaskRecord,
+        definition: AgentDefinition,
+        parent: ParentContext,
+        approval: ApprovalFunc | None,
+        *,
+        tools: ToolRegistry,
+        where: Path,
+        submit: SubmitResult,
+    ) -> tuple[list[Tool], frozenset[str]]:
+        """Baton's control tools for this child, and the agents it may delegate to."""
+        extra: list[Tool] = [submit]
+        if definition.memory == "project":
+            extra.append(Remember(self.workspace, definition.name, task_id=record.id))
+        depth = parent.depth + 1
+        if not self.may_delegate(definition, depth):
+            return extra, frozenset()
+        # Imported here: the task tool runs children through this runner.
+        from bot.subagents.task_tool import TaskTool
+
+        assert self.registry is not None
+        allowed = frozenset(definition.allowed_subagents)
+        own = ParentContext(
+            tools=definition.resolve_tools(tools),
+            model=definition.model or parent.model,
+            approval=approval,
+            session_id=parent.session_id,
+            channel_id=parent.channel_id,
+            user_id=parent.user_id,
+            progress=parent.progress,
+            meter=parent.meter,
+            depth=depth,
+            task_id=record.id,
+            root=where,
+        )
+        extra.append(TaskTool(registry=self.registry, runner=self, parent=own, allowed=allowed))
+        extra += control_tools(self.tracker, session_id=parent.session_id, parent_id=record.id)
+        return extra, allowed
+
+    async def _drive(
+        self,
+        record: TaskRecord,
+        definition: AgentDefinition,
+        prompt: str,
+        parent: ParentContext,
+        approval: ApprovalFunc | None,
+        *,
+        tools: ToolRegistry,
+        hooks: Sequence[Hook],
+        where: Path,
+    ) -> _Ending:
+        """Run the child's engine; ask once for a handoff it did not submit."""
         child_prompt = build_child_prompt(
-            definition, workspace=self.workspace, skills_dir=self.skills_dir
+            definition,
+            workspace=where,
+            skills_dir=self.skills_dir,
+            memory_root=self.workspace if definition.memory == "project" else None,
+            isolated=where != (parent.root or self.workspace),
+        )
+        submit = SubmitResult()
+        extra, delegates = self._child_tools(
+            record, definition, parent, approval, tools=tools, where=where, submit=submit
         )
         engine = self.build_engine(
-            definition, parent, approval, child_prompt.text, task_id=record.id
+            definition,
+            parent,
+            approval,
+            child_prompt.text,
+            task_id=record.id,
+            tools=tools,
+            hooks=hooks,
+            extra_tools=extra,
+            delegates=delegates,
         )
         lines = [f"Starting {definition.name} ({engine.model}, {len(engine.tools)} tools)"]
         lines += [
@@ -354,10 +633,66 @@ class SubAgentRunner:
             for name in child_prompt.missing_skills
         ]
         await self.tracker.append_log(record.id, *lines)
+        transcript: list[ChatMessage] = []
+        inbox = _inbox(self.tracker, record.id)
+        done, error = await self._consume(
+            engine.run_stream(prompt, transcript=transcript, inbox=inbox),
+            record,
+            definition,
+            parent,
+        )
+        usage, turns, last_text = done.usage, done.turns, done.final_text
+        if done.stop_reason == "completed" and submit.handoff is None:
+            await self.tracker.append_log(record.id, "… asked once for its handoff (submit_result)")
+            engine.max_turns = HANDOFF_TURNS
+            again, error = await self._consume(
+                engine.run_stream(HANDOFF_REQUEST, history=transcript, inbox=inbox),
+                record,
+                definition,
+                parent,
+            )
+            # The child's work is done either way: a request that fails or runs out
+            # leaves it completed, with its earlier answer.
+            usage, turns = usage + again.usage, turns + again.turns
+            last_text = last_text.strip() or again.final_text
+        state: TaskState
+        if done.stop_reason == "completed":
+            state = "completed"
+        else:
+            state = "failed"
+            if done.stop_reason == "max_turns":
+                error = f"stopped early at the limit of {engine.max_turns} turns"
+            elif done.stop_reason == "budget":
+                error = BUDGET_REASON
+            elif done.stop_reason in STOP_ERRORS:
+                error = STOP_ERRORS[done.stop_reason]
+        handoff = submit.handoff
+        if handoff is None and state == "completed":
+            handoff = fallback_handoff(last_text, NO_HANDOFF_REASON)
+            await self.tracker.append_log(record.id, f"⚠ {NO_HANDOFF_REASON}")
+        if handoff is not None:
+            await self.tracker.append_log(record.id, *_handoff_log(handoff))
+        return _Ending(
+            state=state,
+            text=last_text,
+            error=error,
+            usage=usage,
+            turns=turns,
+            handoff=handoff,
+        )
+
+    async def _consume(
+        self,
+        events: AsyncIterator[RunEvent],
+        record: TaskRecord,
+        definition: AgentDefinition,
+        parent: ParentContext,
+    ) -> tuple[Done, str | None]:
+        """Pass a child's events on (progress, its log) and return how the run ended."""
         text: list[str] = []
         done: Done | None = None
         error: str | None = None
-        async for event in engine.run_stream(prompt):
+        async for event in events:
             if parent.progress is not None:
                 parent.progress(
                     SubAgentEvent(
@@ -384,34 +719,44 @@ class SubAgentRunner:
             if line := describe_event(event):
                 await self.tracker.append_log(record.id, line)
         assert done is not None
-        state: TaskState
-        if done.stop_reason == "completed":
-            state = "completed"
-        else:
-            state = "failed"
-            if done.stop_reason == "max_turns":
-                error = f"stopped early at the limit of {engine.max_turns} turns"
-            elif done.stop_reason == "budget":
-                error = BUDGET_REASON
-            elif done.stop_reason in STOP_ERRORS:
-                error = STOP_ERRORS[done.stop_reason]
-        await self.tracker.finish(
-            record.id,
-            state=state,
-            result=done.final_text,
-            error=error,
-            prompt_tokens=done.usage.prompt_tokens,
-            completion_tokens=done.usage.completion_tokens,
-        )
-        return TaskOutcome(
-            task_id=record.id,
-            agent=definition.name,
-            state=state,
-            text=done.final_text,
-            error=error,
-            usage=done.usage,
-            turns=done.turns,
-        )
+        return done, error
+
+
+def branch_note(branch: str | None, change: str | None) -> str:
+    """What an isolated child changed, in the words its result carries."""
+    if not branch:
+        return "Changes: none (its worktree was removed)."
+    return (
+        f"Changes: committed on branch {branch} ({change}). A person can merge or discard "
+        "it from /tasks."
+    )
+
+
+def _inbox(tracker: TaskTracker, task_id: str) -> Callable[[], list[ChatMessage]]:
+    def take() -> list[ChatMessage]:
+        return tracker.inbox(task_id)
+
+    return take
+
+
+def _handoff_log(handoff: Handoff) -> list[str]:
+    lines = [f"Handoff: {handoff.status}", _clip(handoff.answer)]
+    lines += [f"  evidence: {item}" for item in handoff.evidence]
+    lines += [f"  limitation: {item}" for item in handoff.limitations]
+    lines += [f"  claim: {claim.topic}: {claim.position}" for claim in handoff.claims]
+    return lines
+
+
+def _failed(record: TaskRecord, definition: AgentDefinition, error: str) -> TaskOutcome:
+    return TaskOutcome(
+        task_id=record.id,
+        agent=definition.name,
+        state="failed",
+        text="",
+        error=error,
+        usage=Usage(),
+        turns=0,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

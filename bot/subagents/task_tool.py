@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from pydantic import Field
 
+from bot.engine.loop import ResponseCalls, current_call, response_calls
 from bot.errors import TaskLimitReached, ToolError
-from bot.subagents.definition import TASK_TOOL_NAME
+from bot.subagents.definition import TASK_TOOL_NAME, AgentDefinition
+from bot.subagents.handoff import GroupMember, render_fan_in, render_handoff
 from bot.subagents.registry import AgentRegistry
-from bot.subagents.runner import ParentContext, SubAgentRunner, TaskOutcome
-from bot.tools.base import Tool, ToolArguments
+from bot.subagents.runner import ParentContext, SubAgentRunner, TaskOutcome, branch_note
+from bot.tools.base import Tool, ToolArguments, cap_output
+
+GROUP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+# How often a finished member of a foreground group looks whether its siblings are done.
+GROUP_POLL_S = 0.05
+MAX_GROUP_BLOCK = 60_000
 
 TASK_DESCRIPTION = """\
 Delegate a well-bounded task to a sub-agent. The sub-agent works on its own with an \
@@ -22,6 +32,13 @@ background=false (default) waits for the sub-agent and returns its result now. \
 background=true returns a task id at once; the result is added to a later turn of this \
 conversation, so use it for independent work you do not need right away, and start several \
 in parallel when the pieces are independent.
+group: give several task calls the same group name to get their results back together, \
+in one block that compares their claims and marks disagreements (foreground calls of one \
+response come back in the first call's result; background ones arrive together when all \
+have finished).
+isolation="worktree" runs the sub-agent in its own git worktree on a new branch, so \
+sub-agents that edit files in parallel never overwrite each other; a person merges or \
+discards each branch from /tasks.
 
 Available sub-agents:
 {agents}"""
@@ -33,17 +50,41 @@ def escape_result(text: str) -> str:
 
 
 def format_outcome(outcome: TaskOutcome) -> str:
-    """The tool result for a foreground run, in the forms DESIGN.md gives."""
+    """The tool result for a foreground run, in the forms DESIGN.md gives; a completed
+    child's handoff is shown whole, its status word first."""
     if outcome.state == "completed":
+        text = outcome.text
+        if outcome.handoff is not None:
+            text = render_handoff(outcome.handoff)
+            if outcome.branch or "Changes: none" in outcome.text:
+                text += "\n\n" + branch_note(outcome.branch, outcome.change)
         return (
-            f'<task state="completed"><task_result>{escape_result(outcome.text)}'
+            f'<task state="completed"><task_result>{escape_result(text)}'
             "</task_result></task>"
         )
     reason = outcome.error or outcome.state
     body = f"{outcome.agent} ({outcome.task_id}) did not finish: {reason}."
     if outcome.text:
         body += f" Its partial work, kept as it was:\n{outcome.text}"
+    if outcome.branch and outcome.branch not in body:
+        body += f"\nIts changes are on branch {outcome.branch} ({outcome.change})."
     return f'<task state="error">{escape_result(body)}</task>'
+
+
+def format_group(group: str, members: list[GroupMember]) -> str:
+    """One block for the results of a group: each handoff, and the claims compared."""
+    body = cap_output(render_fan_in(group, members), MAX_GROUP_BLOCK)
+    return f'<task_group name="{group}">{escape_result(body)}</task_group>'
+
+
+def member_of(outcome: TaskOutcome) -> GroupMember:
+    return GroupMember(
+        task_id=outcome.task_id,
+        agent=outcome.agent,
+        state=outcome.state,
+        handoff=outcome.handoff,
+        error=outcome.error if outcome.state != "completed" else None,
+    )
 
 
 class TaskArgs(ToolArguments):
@@ -59,6 +100,30 @@ class TaskArgs(ToolArguments):
         default=False,
         description="Run in the background and return at once; the result comes in a later turn.",
     )
+    group: str | None = Field(
+        default=None,
+        pattern=GROUP_PATTERN,
+        description="Tasks with the same group come back together, their claims compared.",
+    )
+    isolation: Literal["none", "worktree"] = Field(
+        default="none",
+        description="worktree: work in a git worktree of its own, on a new branch.",
+    )
+
+
+@dataclass(slots=True, eq=False)
+class _Gathering:
+    """The members of one foreground group of one response, as they finish."""
+
+    calls: tuple[str, ...]
+    members: dict[str, GroupMember] = field(default_factory=dict)
+    returned: int = 0
+    # Set whenever a member finishes, so waiting members look again at once.
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add(self, call_id: str, member: GroupMember) -> None:
+        self.members[call_id] = member
+        self.finished.set()
 
 
 class TaskTool(Tool):
@@ -72,15 +137,29 @@ class TaskTool(Tool):
     argument_kind = "pattern"
 
     def __init__(
-        self, *, registry: AgentRegistry, runner: SubAgentRunner, parent: ParentContext
+        self,
+        *,
+        registry: AgentRegistry,
+        runner: SubAgentRunner,
+        parent: ParentContext,
+        allowed: frozenset[str] | None = None,
     ) -> None:
+        """`allowed`: the only agents this run may delegate to (None: every agent)."""
         self.registry = registry
         self.runner = runner
         self.parent = parent
+        self.allowed = allowed
+        self._groups: dict[tuple[int, str], _Gathering] = {}
+
+    def _definitions(self) -> tuple[AgentDefinition, ...]:
+        definitions = self.registry.definitions()
+        if self.allowed is None:
+            return definitions
+        return tuple(d for d in definitions if d.name in self.allowed)
 
     def schema(self) -> dict[str, Any]:
         # Rebuilt on every call, so agent files added or fixed since start-up appear.
-        definitions = self.registry.definitions()
+        definitions = self._definitions()
         agents = "\n".join(f"- {d.name}: {d.description}" for d in definitions)
         schema = super().schema()
         function = schema["function"]
@@ -91,9 +170,26 @@ class TaskTool(Tool):
         return schema
 
     async def run(self, args: TaskArgs) -> str:
+        if args.background or args.group is None:
+            return await self._start(args)
+        return await self._run_in_group(args, args.group)
+
+    async def _start(self, args: TaskArgs) -> str:
+        outcome = await self._run_child(args)
+        if isinstance(outcome, str):
+            return outcome
+        return format_outcome(outcome)
+
+    async def _run_child(self, args: TaskArgs) -> TaskOutcome | str:
+        """Run or start the child; a foreground outcome, or a background task's marker."""
+        if self.allowed is not None and args.subagent_type not in self.allowed:
+            raise ToolError(
+                f"you may delegate only to {', '.join(sorted(self.allowed))}; "
+                f"{args.subagent_type!r} is not among them"
+            )
         definition = self.registry.get(args.subagent_type)
         if definition is None:
-            available = ", ".join(self.registry.names()) or "none"
+            available = ", ".join(d.name for d in self._definitions()) or "none"
             raise ToolError(
                 f"there is no sub-agent named {args.subagent_type!r}; available: {available}"
             )
@@ -103,21 +199,110 @@ class TaskTool(Tool):
                 "the prompt is empty: write the whole task; the sub-agent sees nothing else"
             )
         description = args.description.strip() or _title(prompt)
+        isolate = definition.isolation == "worktree" or args.isolation == "worktree"
         if args.background:
             try:
                 record = await self.runner.start_background(
-                    definition, prompt, description=description, parent=self.parent
+                    definition,
+                    prompt,
+                    description=description,
+                    parent=self.parent,
+                    isolate=isolate,
+                    group=args.group,
                 )
             except TaskLimitReached as exc:
                 raise ToolError(
                     f"{exc}; {exc.limit} are running now. Wait for some to finish (their "
                     "results arrive in later turns) or run this one in the foreground."
                 ) from exc
-            return f'<task id="{record.id}" state="running"/>'
-        outcome = await self.runner.run_foreground(
-            definition, prompt, description=description, parent=self.parent
+            group = f' group="{args.group}"' if args.group else ""
+            return f'<task id="{record.id}" state="running"{group}/>'
+        return await self.runner.run_foreground(
+            definition,
+            prompt,
+            description=description,
+            parent=self.parent,
+            isolate=isolate,
+            group=args.group,
         )
-        return format_outcome(outcome)
+
+    async def _run_in_group(self, args: TaskArgs, group: str) -> str:
+        """A foreground member of a group: the group's first call returns the whole block.
+
+        Every member waits until each sibling call of the group has either finished its
+        child or ended without running one (refused, denied): so a refused sibling
+        never holds the others.
+        """
+        responses = response_calls.get()
+        call = current_call.get()
+        if responses is None or call is None:
+            return await self._start(args)
+        key = (id(responses), group)
+        gathering = self._groups.get(key)
+        if gathering is None:
+            gathering = _Gathering(calls=_group_calls(responses, group))
+            self._groups[key] = gathering
+        try:
+            try:
+                outcome = await self._run_child(args)
+            except ToolError as exc:
+                gathering.add(
+                    call.id,
+                    GroupMember(
+                        task_id="(not started)",
+                        agent=args.subagent_type,
+                        state="refused",
+                        handoff=None,
+                        error=str(exc),
+                    ),
+                )
+                raise
+            assert not isinstance(outcome, str)
+            gathering.add(call.id, member_of(outcome))
+            await _wait_for_siblings(gathering, responses)
+            first = next(c for c in gathering.calls if c in gathering.members)
+            if call.id != first:
+                return (
+                    f'<task id="{outcome.task_id}" state="{outcome.state}" group="{group}">'
+                    f"This result is in the group block returned for the group's first "
+                    "call.</task>"
+                )
+            ordered = [gathering.members[c] for c in gathering.calls if c in gathering.members]
+            return format_group(group, ordered)
+        finally:
+            gathering.returned += 1
+            if gathering.returned >= len(gathering.calls):
+                self._groups.pop(key, None)
+
+
+def _group_calls(responses: ResponseCalls, group: str) -> tuple[str, ...]:
+    """The ids of the response's foreground `task` calls naming `group`, in call order."""
+    ids = []
+    for call in responses.calls:
+        if call.name != TASK_TOOL_NAME:
+            continue
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError:
+            continue
+        if (
+            isinstance(arguments, dict)
+            and arguments.get("group") == group
+            and not arguments.get("background")
+        ):
+            ids.append(call.id)
+    return tuple(ids)
+
+
+async def _wait_for_siblings(gathering: _Gathering, responses: ResponseCalls) -> None:
+    """Until each sibling finished its child or ended without one (the engine marks
+    those: it has no event to wake on, so the wait looks again every GROUP_POLL_S)."""
+    while not all(c in gathering.members or c in responses.ended for c in gathering.calls):
+        gathering.finished.clear()
+        try:
+            await asyncio.wait_for(gathering.finished.wait(), GROUP_POLL_S)
+        except TimeoutError:
+            pass
 
 
 def _title(prompt: str, words: int = 6, limit: int = 120) -> str:

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from bot.engine.messages import ChatMessage
 from bot.errors import TaskLimitReached
 from bot.store.instances import Instances
 from bot.store.signals import TASK, Signals, Subscription
@@ -51,6 +52,8 @@ class TaskTracker:
         # themselves (a child that just recorded its result must not be cancelled).
         self._ended_here: set[str] = set()
         self._notifications: set[asyncio.Task[None]] = set()
+        # Steering taken for children running here, waiting for their next LLM call.
+        self._inboxes: dict[str, list[ChatMessage]] = {}
         # Serialises this process's background starts (the store makes counting and
         # recording one step across replicas; this keeps them from queueing there).
         self.start_lock = asyncio.Lock()
@@ -69,6 +72,9 @@ class TaskTracker:
         prompt: str,
         background: bool,
         started_by: str | None,
+        parent_id: str | None = None,
+        depth: int = 1,
+        group: str | None = None,
     ) -> TaskRecord:
         task_id = await self.store.next_id(agent)
         return await self.store.create(
@@ -81,6 +87,9 @@ class TaskTracker:
             background=background,
             started_by=started_by,
             owner=self.instances.id,
+            parent_id=parent_id,
+            depth=depth,
+            group=group,
         )
 
     async def start_background(
@@ -93,6 +102,9 @@ class TaskTracker:
         description: str,
         prompt: str,
         started_by: str | None,
+        parent_id: str | None = None,
+        depth: int = 1,
+        group: str | None = None,
     ) -> TaskRecord:
         """Record a background task, unless its session has `limit` running (on any replica).
 
@@ -108,6 +120,9 @@ class TaskTracker:
             prompt=prompt,
             started_by=started_by,
             owner=self.instances.id,
+            parent_id=parent_id,
+            depth=depth,
+            group=group,
         )
         if record is None:
             raise TaskLimitReached(limit)
@@ -125,6 +140,9 @@ class TaskTracker:
         error: str | None = None,
         prompt_tokens: int = 0,
         completion_tokens: int = 0,
+        handoff: str | None = None,
+        branch: str | None = None,
+        change: str | None = None,
     ) -> TaskRecord | None:
         if task_id in self._children:
             self._ended_here.add(task_id)
@@ -135,6 +153,9 @@ class TaskTracker:
             error=error,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
+            handoff=handoff,
+            branch=branch,
+            change=change,
         )
         if record is None:
             self._ended_here.discard(task_id)  # it had ended elsewhere first
@@ -169,6 +190,7 @@ class TaskTracker:
         def gone(_: asyncio.Task[Any]) -> None:
             self._children.pop(task_id, None)
             self._ended_here.discard(task_id)
+            self._inboxes.pop(task_id, None)
 
         child.add_done_callback(gone)
         if self._sweeper is None or self._sweeper.done():
@@ -186,6 +208,7 @@ class TaskTracker:
                 else:
                     await asyncio.sleep(self.sweep_s)
                 await self._stop_ended_elsewhere()
+                await self._take_steering()
         finally:
             if subscription is not None:
                 subscription.close()
@@ -203,6 +226,43 @@ class TaskTracker:
             if state != "running" and child is not None and task_id not in self._ended_here:
                 logger.info("task %s ended elsewhere (%s); stopping it here", task_id, state)
                 child.cancel()
+
+    async def steer(self, task_id: str, text: str, *, author: str) -> TaskRecord | None:
+        """Send a running task a message; it reaches the child before its next LLM call.
+
+        Kept in the database first, so the replica running the child takes it (woken by
+        a "task" signal, else by its sweep). None when the task is not running.
+        """
+        record = await self.store.get(task_id)
+        if record is None or record.state != "running":
+            return None
+        await self.store.add_message(task_id, author=author, text=text)
+        await self.append_log(task_id, f"✉ {author}: {_one_line(text)}")
+        if task_id in self._children:
+            await self._take_steering()
+        elif self.signals is not None:
+            await self.signals.notify(TASK, task_id)
+        return record
+
+    async def _take_steering(self) -> None:
+        if not self._children:
+            return
+        try:
+            taken = await self.store.take_messages(list(self._children))
+        except Exception:
+            logger.exception("could not take steering messages for running tasks")
+            return
+        for task_id, author, text in taken:
+            self._inboxes.setdefault(task_id, []).append(
+                ChatMessage(
+                    role="user",
+                    content=f"[Message from {author}, sent while you work]\n{text}",
+                )
+            )
+
+    def inbox(self, task_id: str) -> list[ChatMessage]:
+        """Steering taken for a child running here, handed over once (the engine's inbox)."""
+        return self._inboxes.pop(task_id, [])
 
     def is_running_here(self, task_id: str) -> bool:
         return task_id in self._children
@@ -313,3 +373,8 @@ class TaskTracker:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
         await asyncio.gather(*self._notifications, return_exceptions=True)
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -119,6 +119,15 @@ class MergeOutcome:
     message: str
 
 
+async def check_repository(repo: Path) -> None:
+    """Refuse, before a task starts, a directory no worktree can be made of.
+
+    Raises:
+        WorktreeError: `repo` is not in a git repository, or it has no commit yet.
+    """
+    await _head_commit(await _open_repo(repo))
+
+
 async def create(repo: Path, task_id: str, base_dir: Path) -> Worktree:
     """A new worktree at `<base_dir>/<task_id>` on a new branch `baton/<task_id>` from HEAD.
 

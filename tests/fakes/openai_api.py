@@ -41,6 +41,8 @@ from typing import Any, Self
 
 from aiohttp import web
 
+from bot.subagents.handoff import HANDOFF_REQUEST
+
 __all__ = [
     "ErrorBurst",
     "ErrorReply",
@@ -275,6 +277,14 @@ class RecordedRequest:
 # --------------------------------------------------------------------------- server
 
 
+def _asks_for_handoff(body: dict[str, Any]) -> bool:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+        return False
+    last = messages[-1]
+    return last.get("role") == "user" and last.get("content") == HANDOFF_REQUEST
+
+
 def _chunks(text: str, size: int) -> Iterator[str]:
     for start in range(0, len(text), size):
         yield text[start : start + size]
@@ -406,6 +416,12 @@ class FakeOpenAI:
         self.max_in_flight = 0
         self._burst_state: dict[int, tuple[float, int]] = {}
         self.requests: list[RecordedRequest] = []
+        # Baton asks a sub-agent that ended without `submit_result` once for its handoff.
+        # Unless a test scripts that exchange (`declines_handoffs = False`), the fake
+        # answers it alone, as a model that declines: with no text and no call. Those
+        # requests are kept here, apart from `requests` and the script.
+        self.declines_handoffs = True
+        self.handoff_requests: list[RecordedRequest] = []
         self.unexpected: list[RecordedRequest] = []
         self.errors: list[BaseException] = []
         self.responder: Responder | None = None
@@ -595,6 +611,9 @@ class FakeOpenAI:
             headers={k.lower(): v for k, v in request.headers.items()},
             prompt_tokens=count_prompt_tokens(body),
         )
+        if self.declines_handoffs and _asks_for_handoff(body):
+            self.handoff_requests.append(recorded)
+            return await self._reply(request, recorded, Reply(text=""))
         self.requests.append(recorded)
         model = recorded.model or DEFAULT_MODEL
         if model not in self._models_seen:
@@ -615,7 +634,12 @@ class FakeOpenAI:
             body = _error_body(IMAGES_REFUSED_MESSAGE, "invalid_request_error", param=param)
             return web.json_response(body, status=400)
 
-        reply = await self._next_reply(recorded)
+        return await self._reply(request, recorded, await self._next_reply(recorded))
+
+    async def _reply(
+        self, request: web.Request, recorded: RecordedRequest, reply: ScriptedReply
+    ) -> web.StreamResponse:
+        model = recorded.model or DEFAULT_MODEL
         if isinstance(reply, Hang):
             # Cancelled by aiohttp when the client disconnects; released by stop().
             await self._stopping.wait()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bot.engine import Done, ToolInvocation, ToolResult
-from bot.subagents.runner import deny_task_hook
+from bot.subagents.runner import NO_HANDOFF_REASON, deny_task_hook
 from bot.subagents.task_tool import TaskTool
 from tests.fakes.openai_api import ErrorReply, FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
 from tests.subagents.harness import (
@@ -65,9 +65,14 @@ async def test_a_child_sees_only_its_prompt_and_its_answer_reaches_the_parent(
     assert str(baton.workspace.root) in child.messages[0]["content"]
     assert "task" not in child.tools
     parent_next = router.main_requests()[-1]
+    # The child ended without submit_result and declined when asked once: its text is
+    # the answer of an "uncertain" handoff, and the parent reads that status first.
     assert tool_result_of(parent_next, "call-x") == (
-        '<task state="completed"><task_result>It is in bot/config.py line 10.</task_result></task>'
+        '<task state="completed"><task_result>status: uncertain\n\nanswer:\n'
+        "  It is in bot/config.py line 10.\n\nevidence:\n- none given\n\nlimitations:\n"
+        f"- {NO_HANDOFF_REASON}</task_result></task>"
     )
+    assert len(fake_llm.handoff_requests) == 1
     assert isinstance(events[-1], Done) and events[-1].final_text == "It lives in config.py."
 
 
@@ -94,13 +99,17 @@ async def test_tool_sets_are_narrowed_exactly(tmp_path: Path, fake_llm: FakeOpen
         await baton.close()
     offered = {r.messages[1]["content"]: set(r.tools) for r in router.child_requests()}
     everything = {"read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "bash"}
+    # Baton's own submit_result is every child's, whatever its file lists; the parent's
+    # control tools (steer_task, ...) never pass to a child.
     assert offered == {
-        "a": {"read_file", "list_dir", "glob", "grep", "bash"},
-        "b": everything,
-        "c": {"read_file"},
-        "d": everything - {"bash"},
+        "a": {"read_file", "list_dir", "glob", "grep", "bash", "submit_result"},
+        "b": everything | {"submit_result"},
+        "c": {"read_file", "submit_result"},
+        "d": everything - {"bash"} | {"submit_result"},
     }
-    assert "task" in router.main_requests()[0].tools
+    assert {"task", "steer_task", "cancel_task", "task_status"} <= set(
+        router.main_requests()[0].tools
+    )
 
 
 async def test_a_child_calling_task_is_refused_and_no_grandchild_runs(
