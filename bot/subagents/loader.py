@@ -12,7 +12,18 @@ from bot.errors import AgentDefinitionError
 from bot.subagents.definition import AgentDefinition
 
 FRONTMATTER_KEYS = frozenset(
-    {"name", "description", "tools", "disallowed_tools", "model", "max_turns", "skills"}
+    {
+        "name",
+        "description",
+        "tools",
+        "disallowed_tools",
+        "model",
+        "max_turns",
+        "skills",
+        "isolation",
+        "allowed_subagents",
+        "memory",
+    }
 )
 
 

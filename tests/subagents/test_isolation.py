@@ -1,0 +1,239 @@
+"""Isolated children (`isolation: worktree`) end to end: the real composition root, real
+git, the real sandbox when the machine has one, the fake model over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+from bot.config import PermissionsConfig
+from bot.store.tasks import TaskRecord
+from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
+from tests.subagents.harness import Router, make_baton, run_turn, wait_finished
+
+CODER = "CODER-PROMPT"
+# Background children cannot ask anyone: the operator allows what they need.
+WRITES = PermissionsConfig(allow=("write_file", "bash"))
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def make_repo(workspace: Path) -> None:
+    git(workspace, "init", "-q", "-b", "main")
+    git(workspace, "config", "user.email", "dev@example.com")
+    git(workspace, "config", "user.name", "Dev")
+    (workspace / "notes.txt").write_text("line one\n")
+    git(workspace, "add", "notes.txt")
+    git(workspace, "commit", "-q", "-m", "first")
+
+
+def write_coder(tmp_path: Path, extra: str = "isolation: worktree") -> None:
+    directory = tmp_path / "agents"
+    directory.mkdir(exist_ok=True)
+    (directory / "coder.md").write_text(
+        f"---\nname: coder\ndescription: Edits files.\n{extra}\n---\n{CODER}\n"
+    )
+
+
+def task(prompt: str, *, id: str, background: bool = True, **more: object) -> ToolCallSpec:
+    arguments: dict[str, object] = {"subagent_type": "coder", "prompt": prompt, **more}
+    if background:
+        arguments["background"] = True
+    return ToolCallSpec("task", arguments, id=id)
+
+
+def edit_then_finish(request: RecordedRequest) -> Reply:
+    """A child that writes its prompt into notes.txt, then answers."""
+    if any(m.get("role") == "tool" for m in request.messages):
+        return Reply(text="edited")
+    prompt = str(request.messages[1]["content"])
+    return Reply(
+        tool_calls=[
+            ToolCallSpec("write_file", {"path": "notes.txt", "content": f"{prompt}\n"}, id="w")
+        ]
+    )
+
+
+async def test_sixteen_isolated_children_on_one_file_each_keep_their_change(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    write_coder(tmp_path)
+    baton = await make_baton(tmp_path, fake_llm, permissions=WRITES)
+    make_repo(baton.workspace.root)
+    router = Router(fake_llm)
+    router.main += [
+        Reply(tool_calls=[task(f"version {n}", id=f"c{n}") for n in range(16)]),
+        Reply(text="started"),
+    ]
+    router.default_child = edit_then_finish
+    try:
+        await run_turn(baton, "sixteen edits")
+        ids = [f"task-coder-{n}" for n in range(1, 17)]
+        finished: list[TaskRecord] = [await wait_finished(baton, i) for i in ids]
+    finally:
+        await baton.close()
+    root = baton.workspace.root
+    # The main checkout is untouched: every child worked in its own worktree.
+    assert (root / "notes.txt").read_text() == "line one\n"
+    assert git(root, "status", "--porcelain") == ""
+    contents = set()
+    for record in finished:
+        assert record.state == "completed", record.error
+        assert record.branch == f"baton/{record.id}" and record.merge_state == "pending"
+        assert "1 file changed" in (record.change or "")
+        assert f"Changes: committed on branch {record.branch}" in (record.result or "")
+        contents.add(git(root, "show", f"{record.branch}:notes.txt"))
+    assert contents == {f"version {n}\n" for n in range(16)}
+    # The worktrees themselves are gone; the branches hold the work.
+    assert not any((baton.settings.state_dir / "worktrees").glob("task-*/notes.txt"))
+
+
+async def test_an_unchanged_isolated_child_leaves_no_branch(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    write_coder(tmp_path)
+    baton = await make_baton(tmp_path, fake_llm, permissions=WRITES)
+    make_repo(baton.workspace.root)
+    router = Router(fake_llm)
+    router.main += [
+        Reply(tool_calls=[task("only look", id="c", background=False)]),
+        Reply(text="ok"),
+    ]
+    router.children[CODER] = [Reply(text="nothing to change")]
+    try:
+        await run_turn(baton, "look")
+        [record] = await baton.tracker.list(session_id=1)
+    finally:
+        await baton.close()
+    assert record.state == "completed" and record.branch is None
+    assert "baton/" not in git(baton.workspace.root, "branch", "--list")
+    result = next(
+        m["content"] for m in router.main_requests()[-1].messages if m.get("tool_call_id") == "c"
+    )
+    assert "Changes: none (its worktree was removed)." in result
+
+
+async def test_a_workspace_that_is_not_a_repository_refuses_before_starting(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    write_coder(tmp_path, extra="")
+    baton = await make_baton(tmp_path, fake_llm, permissions=WRITES)
+    router = Router(fake_llm)
+    router.main += [
+        # Asked through the task parameter, in the background and in the foreground.
+        Reply(
+            tool_calls=[
+                task("a", id="bg", isolation="worktree"),
+                task("b", id="fg", background=False, isolation="worktree"),
+            ]
+        ),
+        Reply(text="ok"),
+    ]
+    try:
+        await run_turn(baton, "isolate")
+        records = await baton.tracker.list(session_id=1)
+    finally:
+        await baton.close()
+    assert records == []  # no task was recorded, no child started
+    assert router.child_requests() == []
+    last = router.main_requests()[-1]
+    for call in ("bg", "fg"):
+        content = next(m["content"] for m in last.messages if m.get("tool_call_id") == call)
+        assert "is not a git repository" in content and "was not started" in content
+
+
+async def test_an_isolated_childs_tools_stay_in_its_worktree(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """A hostile child aims at the main checkout by absolute path, by `..` and with bash."""
+    write_coder(tmp_path)
+    baton = await make_baton(tmp_path, fake_llm, permissions=WRITES)
+    root = baton.workspace.root
+    make_repo(root)
+    router = Router(fake_llm)
+    router.main += [Reply(tool_calls=[task("attack", id="c", background=False)]), Reply(text="ok")]
+    outputs: list[str] = []
+
+    def hostile(request: RecordedRequest) -> Reply:
+        tools = [m for m in request.messages if m.get("role") == "tool"]
+        outputs.extend(str(m["content"]) for m in tools[len(outputs) :])
+        step = len(tools)
+        if step == 0:
+            return Reply(
+                tool_calls=[
+                    ToolCallSpec(
+                        "write_file", {"path": str(root / "notes.txt"), "content": "x"}, id="a"
+                    )
+                ]
+            )
+        if step == 1:
+            return Reply(
+                tool_calls=[
+                    ToolCallSpec(
+                        "write_file",
+                        {"path": "../../../ws/notes.txt", "content": "y"},
+                        id="b",
+                    )
+                ]
+            )
+        if step == 2:
+            return Reply(tool_calls=[ToolCallSpec("bash", {"command": f"ls {root}; pwd"}, id="c")])
+        return Reply(text="done")
+
+    router.default_child = hostile
+    try:
+        await run_turn(baton, "go")
+    finally:
+        await baton.close()
+    assert (root / "notes.txt").read_text() == "line one\n"
+    assert git(root, "status", "--porcelain") == ""
+    assert "outside" in outputs[0].lower() or "error" in outputs[0].lower()
+    assert "error" in outputs[1].lower() or "outside" in outputs[1].lower()
+    if baton.sandboxed:
+        # In the sandbox the main checkout does not exist; the command runs in the worktree.
+        assert f"cannot access '{root}': No such file or directory" in outputs[2]
+        assert str(baton.settings.state_dir / "worktrees" / "task-coder-1") in outputs[2]
+
+
+async def test_a_cancelled_isolated_child_keeps_its_work_on_its_branch(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    write_coder(tmp_path)
+    baton = await make_baton(tmp_path, fake_llm, permissions=WRITES)
+    make_repo(baton.workspace.root)
+    router = Router(fake_llm)
+    router.main += [Reply(tool_calls=[task("half", id="c")]), Reply(text="started")]
+    wrote = asyncio.Event()
+    hold = asyncio.Event()
+
+    async def write_then_hang(request: RecordedRequest) -> Reply:
+        if any(m.get("role") == "tool" for m in request.messages):
+            wrote.set()
+            await hold.wait()
+            return Reply(text="never")
+        return Reply(
+            tool_calls=[ToolCallSpec("write_file", {"path": "half.txt", "content": "half\n"})]
+        )
+
+    router.default_child = write_then_hang
+    try:
+        await run_turn(baton, "go")
+        await asyncio.wait_for(wrote.wait(), 10)
+        await baton.tracker.cancel("task-coder-1", by="<@U1>")
+        record = await wait_finished(baton, "task-coder-1")
+        for _ in range(100):
+            record = (await baton.tracker.get("task-coder-1")).task  # type: ignore[union-attr]
+            if record.branch:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        hold.set()
+        await baton.close()
+    assert record.state == "cancelled"
+    assert record.branch == "baton/task-coder-1" and record.merge_state == "pending"
+    assert git(baton.workspace.root, "show", "baton/task-coder-1:half.txt") == "half\n"
