@@ -15,6 +15,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from bot import metrics
 from bot.engine.context import Compactor, Fitted, fit, fold_point
@@ -49,7 +50,7 @@ from bot.engine.messages import (
 from bot.engine.meter import Meter
 from bot.engine.tokens import TokenCounter, reply_reserve
 from bot.errors import ContextLengthError, LLMError, ToolError
-from bot.tools.base import DEFAULT_OUTPUT_LIMIT, ToolRegistry, cap_output, person_approved
+from bot.tools.base import DEFAULT_OUTPUT_LIMIT, Tool, ToolRegistry, cap_output, person_approved
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +81,6 @@ _prompt_images: contextvars.ContextVar[tuple[ImagePart, ...]] = contextvars.Cont
 )
 
 
-
-
 @dataclass(slots=True, eq=False)
 class ResponseCalls:
     """The tool calls of one model response while they run, and which have ended."""
@@ -98,6 +97,30 @@ response_calls: contextvars.ContextVar[ResponseCalls | None] = contextvars.Conte
 current_call: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
     "current_call", default=None
 )
+
+
+# The Chat Completions entry of each tool class whose entry is its class's alone (the
+# base `Tool.schema`, built from class attributes). Pydantic builds a JSON schema in
+# about 0.3 ms, and every LLM call sends every tool: rebuilt each time, the entries cost
+# 2-3 ms per call (bench/loop_overhead.py). A tool with its own `schema` (the `task` tool
+# lists the agents on disk now) is still asked every time.
+_class_schemas: dict[type[Tool], dict[str, Any]] = {}
+
+
+def tool_schemas(tools: ToolRegistry) -> list[dict[str, Any]]:
+    """The `tools` entries of a request, as `tools.schemas()` gives them (shared: not to
+    be changed)."""
+    schemas = []
+    for tool in tools:
+        kind = type(tool)
+        if kind.schema is not Tool.schema:
+            schemas.append(tool.schema())
+            continue
+        schema = _class_schemas.get(kind)
+        if schema is None:
+            schema = _class_schemas[kind] = tool.schema()
+        schemas.append(schema)
+    return schemas
 
 
 @contextmanager
@@ -362,7 +385,7 @@ class Engine:
 
     def _count_tools(self) -> int:
         if self._tools_tokens is None:
-            self._tools_tokens = self.counter.tools(self.tools.schemas())
+            self._tools_tokens = self.counter.tools(tool_schemas(self.tools))
         return self._tools_tokens
 
     def _budget(self, limit: int | None) -> int:
@@ -439,7 +462,7 @@ class Engine:
     async def _call_llm(self, messages: list[ChatMessage], emit: Emit) -> LLMResponse:
         response: LLMResponse | None = None
         async for item in self.llm.stream(
-            model=self.model, messages=messages, tools=self.tools.schemas()
+            model=self.model, messages=messages, tools=tool_schemas(self.tools)
         ):
             if isinstance(item, TextChunk):
                 emit(TextDelta(text=item.text))
