@@ -7,6 +7,7 @@ comes from people or models is escaped before it goes into mrkdwn.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from bot.slack.text import (
     CONTEXT_ELEMENT_TEXT_LIMIT,
     HEADER_TEXT_LIMIT,
     MESSAGE_BLOCKS_LIMIT,
+    PRIVATE_METADATA_LIMIT,
     SECTION_TEXT_LIMIT,
     VIEW_BLOCKS_LIMIT,
     AnswerFile,
@@ -32,6 +34,7 @@ from bot.slack.text import (
     split_text,
 )
 from bot.store.tasks import TaskDetail, TaskRecord
+from bot.subagents.handoff import Handoff, render_handoff
 
 Block = dict[str, Any]
 
@@ -41,6 +44,14 @@ CANCEL_TASK = "baton_cancel_task"
 LOG_PAGE = "baton_log_page"
 FEEDBACK_ACTION = "answer_feedback"
 RETRY_RUN = "baton_retry_run"
+STEER_TASK = "baton_steer_task"
+MERGE_TASK = "baton_merge_task"
+DISCARD_TASK = "baton_discard_task"
+# The Steer modal: its callback id, and where its text input sits in `view.state`.
+STEER_VIEW = "baton_steer_view"
+STEER_INPUT_BLOCK = "baton_steer_input"
+STEER_INPUT = "baton_steer_text"
+STEER_TEXT_LIMIT = 4_000
 
 STATE_MARKS = {"running": "●", "completed": "✓", "failed": "✗", "cancelled": "⊘"}
 
@@ -53,6 +64,9 @@ STATE_REASON_CHARS = 120
 TASK_RESULT_INLINE_LIMIT = 11_000
 # A progress line longer than this is shortened; the full line is in the task log.
 PROGRESS_LINE_CHARS = 300
+CHANGE_PREVIEW_CHARS = 300
+# The detail view shows this many sections of a handoff; View log shows all of it.
+DETAIL_HANDOFF_SECTIONS = 3
 
 _CODE_OVERHEAD = len("```\n\n```")
 _CODE_TOKEN = re.compile(r"&(?:amp|lt|gt);|`\u200b``|.", re.DOTALL)
@@ -299,14 +313,51 @@ def _summary(task: TaskRecord, now: datetime) -> str:
     second = f"“{escape_mrkdwn(_prompt_preview(task.prompt))}” · {_age(task, now)}"
     if task.state != "running":
         second += f" · {_usage(task)}"
-    return f"{first}\n{second}"
+    branch = _branch_line(task)
+    return f"{first}\n{second}" + (f"\n{branch}" if branch else "")
+
+
+_MERGE_WORDS = {
+    "pending": "waiting to be merged or discarded",
+    "merging": "being merged",
+    "merged": "merged",
+    "discarded": "discarded",
+}
+
+
+def _branch_line(task: TaskRecord) -> str | None:
+    """ "⎇ `baton/task-coder-3` · waiting to be merged or discarded · 2 files changed"."""
+    if not task.branch:
+        return None
+    parts = [f"⎇ `{escape_mrkdwn(_clip(task.branch, 200))}`"]
+    if task.merge_state:
+        parts.append(_MERGE_WORDS.get(task.merge_state, task.merge_state))
+    change = " ".join((task.change or "").split())
+    if change:
+        parts.append(escape_mrkdwn(_clip(change, CHANGE_PREVIEW_CHARS)))
+    return " · ".join(parts)
 
 
 def _task_actions(task: TaskRecord, *, may_cancel: bool, block_id: str) -> Block:
+    """View log for everyone who sees the task; Steer and Cancel while it runs, Merge and
+    Discard while its branch waits, for whoever may cancel it."""
     elements = [_button("View log", VIEW_LOG, task.id)]
-    if task.state == "running" and may_cancel:
+    if may_cancel and task.state == "running":
+        elements.append(_button("Steer", STEER_TASK, task.id))
         elements.append(_button("Cancel", CANCEL_TASK, task.id, style="danger"))
+    elif may_cancel and task.branch and task.merge_state == "pending":
+        elements.append(_button("Merge", MERGE_TASK, task.id, style="primary"))
+        elements.append(_button("Discard", DISCARD_TASK, task.id, style="danger"))
     return {"type": "actions", "block_id": block_id, "elements": elements}
+
+
+def _handoff_sections(task: TaskRecord) -> list[str]:
+    """The task's handoff (status, answer, evidence, limitations, claims) as escaped
+    section texts, the first naming the status; empty when it has none (or it is corrupt)."""
+    handoff = Handoff.from_json(task.handoff) if task.handoff else None
+    if handoff is None:
+        return []
+    return [f"*Handoff* · {handoff.status}", *_text_sections(render_handoff(handoff))]
 
 
 def _counts(running: int, done: int) -> str:
@@ -436,6 +487,10 @@ def task_detail_blocks(
     """`/tasks ID`: one task's summary, its latest log lines and its buttons."""
     task = detail.task
     blocks: list[Block] = [_section(_summary(task, now))]
+    handoff = _handoff_sections(task)
+    blocks.extend(_section(piece) for piece in handoff[: DETAIL_HANDOFF_SECTIONS + 1])
+    if len(handoff) > DETAIL_HANDOFF_SECTIONS + 1:
+        blocks.append(_context("… the rest of the handoff is in View log."))
     tail = _code_tail(detail.log, DETAIL_LOG_LINES)
     blocks.append(_section(tail) if tail else _context("No log lines yet."))
     if len(detail.log) > DETAIL_LOG_LINES:
@@ -472,6 +527,13 @@ def _log_document(detail: TaskDetail) -> list[Block]:
         blocks.extend(_section(piece) for piece in code_sections(detail.log))
     else:
         blocks.append(_context("No log lines."))
+    branch = _branch_line(task)
+    if branch:
+        blocks.append(_section(branch))
+    handoff = _handoff_sections(task)
+    if handoff:
+        blocks.append({"type": "divider"})
+        blocks.extend(_section(piece) for piece in handoff)
     blocks.append({"type": "divider"})
     blocks.append(_section("*— Final result —*"))
     blocks.extend(_section(piece) for piece in _markdown_sections(_outcome_markdown(task)))
@@ -533,6 +595,75 @@ def task_log_modal(detail: TaskDetail, *, page: int = 0) -> dict[str, Any]:
         "private_metadata": task.id,
         "blocks": blocks,
     }
+
+
+# ------------------------------------------------------------------- steer modal
+
+
+def steer_modal(task: TaskRecord, *, channel: str) -> dict[str, Any]:
+    """The Steer modal: one multiline text for a running task, sent before its next model
+    call. `private_metadata` carries the task and the channel it was opened in; the
+    submission is checked again against the task as stored (see `parse_steer_metadata`)."""
+    metadata = json.dumps({"task": task.id, "channel": channel}, separators=(",", ":"))
+    if len(metadata) > PRIVATE_METADATA_LIMIT:
+        raise ValueError(f"steer metadata of {len(metadata)} characters")
+    about = (
+        f"A message to `{escape_mrkdwn(task.id)}` ({escape_mrkdwn(task.agent)}) · "
+        f"{escape_mrkdwn(_clip(_title(task), 200))}\n"
+        "It reaches the agent before its next model call."
+    )
+    return {
+        "type": "modal",
+        "callback_id": STEER_VIEW,
+        "title": {"type": "plain_text", "text": "Steer task"},
+        "submit": {"type": "plain_text", "text": "Send"},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "private_metadata": metadata,
+        "blocks": [
+            _section(about),
+            {
+                "type": "input",
+                "block_id": STEER_INPUT_BLOCK,
+                "label": {"type": "plain_text", "text": "Message"},
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": STEER_INPUT,
+                    "multiline": True,
+                    "max_length": STEER_TEXT_LIMIT,
+                    "placeholder": {
+                        "type": "plain_text",
+                        "text": "Focus on … / Skip … / Stop after …",
+                    },
+                },
+            },
+        ],
+    }
+
+
+def parse_steer_metadata(value: object) -> tuple[str, str] | None:
+    """A Steer modal's `private_metadata` as (task id, channel); None unless it is exactly
+    what `steer_modal` writes."""
+    if not isinstance(value, str) or len(value) > PRIVATE_METADATA_LIMIT:
+        return None
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or set(data) != {"task", "channel"}:
+        return None
+    task_id, channel = data["task"], data["channel"]
+    if not isinstance(task_id, str) or not isinstance(channel, str) or not task_id or not channel:
+        return None
+    return task_id, channel
+
+
+def steer_text(view: object) -> str | None:
+    """The text typed into a submitted Steer modal; None when it holds none."""
+    if not isinstance(view, dict):
+        return None
+    values = ((view.get("state") or {}).get("values") or {}).get(STEER_INPUT_BLOCK) or {}
+    text = (values.get(STEER_INPUT) or {}).get("value") if isinstance(values, dict) else None
+    return text if isinstance(text, str) else None
 
 
 # ---------------------------------------------------------------------- feedback

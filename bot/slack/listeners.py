@@ -21,13 +21,22 @@ from bot.slack.approvals import SlackApprovals, approval_value
 from bot.slack.blocks import (
     CANCEL_RUN,
     CANCEL_TASK,
+    DISCARD_TASK,
     FEEDBACK_ACTION,
     LOG_PAGE,
+    MERGE_TASK,
     RETRY_RUN,
+    STEER_INPUT_BLOCK,
+    STEER_TASK,
+    STEER_TEXT_LIMIT,
+    STEER_VIEW,
     VIEW_LOG,
     feedback_line,
     home_view,
     parse_feedback,
+    parse_steer_metadata,
+    steer_modal,
+    steer_text,
     task_detail_blocks,
     task_log_modal,
     tasks_panel,
@@ -71,6 +80,10 @@ class Listeners:
         app.action(CANCEL_RUN)(self.handle_cancel_run)
         app.action(VIEW_LOG)(self.handle_view_log)
         app.action(CANCEL_TASK)(self.handle_cancel_task)
+        app.action(STEER_TASK)(self.handle_steer_task)
+        app.view(STEER_VIEW)(self.handle_steer_submission)
+        app.action(MERGE_TASK)(self.handle_merge_task)
+        app.action(DISCARD_TASK)(self.handle_discard_task)
         app.action(LOG_PAGE)(self.handle_log_page)
         app.action(APPROVE)(self.handle_approve)
         app.action(DENY)(self.handle_deny)
@@ -340,6 +353,115 @@ class Listeners:
         except SlackApiError as exc:
             logger.info("could not confirm the cancel: %s", exc.response.get("error"))
 
+    # ------------------------------------------------------ steering and branches
+
+    async def handle_steer_task(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        self.threads.spawn(self.open_steer(body), "steer_task")
+
+    async def open_steer(self, body: dict[str, Any]) -> None:
+        """Open the Steer modal for a running task of the channel clicked in."""
+        user = body["user"]["id"]
+        task_id = body["actions"][0]["value"]
+        channel = _channel_of(body)
+        detail = await self.baton.tracker.get(task_id)
+        if detail is None or channel is None or detail.task.channel_id != channel:
+            return
+        if not await self._may_cancel(body, user, detail.task.started_by):
+            await self._ephemeral(
+                channel, user, "Only the person who started this task or an approver can steer it."
+            )
+            return
+        if detail.task.state != "running":
+            await self._ephemeral(channel, user, f"`{task_id}` is no longer running.")
+            return
+        await self.client.views_open(
+            trigger_id=body["trigger_id"], view=steer_modal(detail.task, channel=channel)
+        )
+
+    async def handle_steer_submission(
+        self, ack: AsyncAck, body: dict[str, Any], view: dict[str, Any]
+    ) -> None:
+        text = (steer_text(view) or "").strip()
+        if not text:
+            await ack(response_action="errors", errors={STEER_INPUT_BLOCK: "Write a message."})
+            return
+        if len(text) > STEER_TEXT_LIMIT:
+            await ack(
+                response_action="errors",
+                errors={STEER_INPUT_BLOCK: f"At most {STEER_TEXT_LIMIT:,} characters."},
+            )
+            return
+        await ack()
+        self.threads.spawn(self.send_steer(body, view, text), "steer_submission")
+
+    async def send_steer(self, body: dict[str, Any], view: dict[str, Any], text: str) -> None:
+        """Send a submitted Steer modal's text to its task. Everything the modal carried
+        is checked again against the task as stored: a forged submission sends nothing."""
+        user = body["user"]["id"]
+        parsed = parse_steer_metadata(view.get("private_metadata"))
+        if parsed is None:
+            logger.info("ignored a steer submission without Baton's metadata")
+            return
+        task_id, channel = parsed
+        detail = await self.baton.tracker.get(task_id)
+        if detail is None or detail.task.channel_id != channel:
+            logger.info("ignored a steer submission for %s, not a task of %s", task_id, channel)
+            return
+        if not await self._may_cancel(body, user, detail.task.started_by, channel=channel):
+            await self._ephemeral(
+                channel, user, "Only the person who started this task or an approver can steer it."
+            )
+            return
+        record = None
+        if detail.task.state == "running":
+            record = await self.baton.tracker.steer(task_id, text, author=f"<@{user}>")
+        reply = (
+            f"✉ Sent to `{task_id}`: it reaches the agent before its next model call."
+            if record
+            else f"`{task_id}` finished meanwhile: the message was not sent."
+        )
+        try:
+            await self._ephemeral(channel, user, reply)
+        except SlackApiError as exc:
+            logger.info("could not confirm the steering: %s", exc.response.get("error"))
+
+    async def handle_merge_task(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        self.threads.spawn(self.decide_branch(body, merge=True), "merge_task")
+
+    async def handle_discard_task(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        await ack()
+        self.threads.spawn(self.decide_branch(body, merge=False), "discard_task")
+
+    async def decide_branch(self, body: dict[str, Any], *, merge: bool) -> None:
+        """Merge or discard the branch of a task of the channel clicked in."""
+        user = body["user"]["id"]
+        task_id = str((body.get("actions") or [{}])[0].get("value") or "")
+        channel = _channel_of(body)
+        if not channel:
+            return
+        detail = await self.baton.tracker.get(task_id) if task_id else None
+        if detail is None or detail.task.channel_id != channel:
+            # A Merge button only exists in its task's channel: a value carried elsewhere
+            # touches no branch, whoever clicks it.
+            await self._ephemeral(channel, user, "There is no such task in this channel.")
+            return
+        if not await self._may_cancel(body, user, detail.task.started_by):
+            verb = "merge" if merge else "discard"
+            await self._ephemeral(
+                channel,
+                user,
+                f"Only the person who started this task or an approver can {verb} its branch.",
+            )
+            return
+        decide = self.baton.merge_task if merge else self.baton.discard_task
+        reply = await decide(task_id, by=f"<@{user}>")
+        try:
+            await self._ephemeral(channel, user, reply)
+        except SlackApiError as exc:
+            logger.info("could not report the branch decision: %s", exc.response.get("error"))
+
     async def _may_look(
         self,
         *,
@@ -371,11 +493,15 @@ class Listeners:
             enterprise_id=(body.get("enterprise") or {}).get("id"),
         )
 
-    async def _may_cancel(self, body: dict[str, Any], user: str, started_by: str | None) -> bool:
-        """The starter or an approver; a starter also has to be allowed to start runs now."""
+    async def _may_cancel(
+        self, body: dict[str, Any], user: str, started_by: str | None, *, channel: str | None = None
+    ) -> bool:
+        """The starter or an approver; a starter also has to be allowed to start runs now
+        (in `channel`, by default the one clicked in)."""
         if user != started_by:
             return await self.deciders.is_approver(user)
-        return await self._may_look_by(body, channel=_channel_of(body) or "") is None
+        where = channel or _channel_of(body) or ""
+        return await self._may_look_by(body, channel=where) is None
 
     # ------------------------------------------------------------------ feedback
 

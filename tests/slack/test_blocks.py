@@ -314,7 +314,7 @@ def test_tasks_panel_prompt_preview_is_48_characters() -> None:
 @pytest.mark.parametrize(
     ("state", "allowed", "expected"),
     [
-        ("running", True, [VIEW_LOG, CANCEL_TASK]),
+        ("running", True, [VIEW_LOG, "baton_steer_task", CANCEL_TASK]),
         ("running", False, [VIEW_LOG]),
         ("completed", True, [VIEW_LOG]),
         ("failed", True, [VIEW_LOG]),
@@ -413,6 +413,7 @@ def test_task_detail_shows_the_last_ten_log_lines() -> None:
     assert "The last 10 of 25 log lines." in text
     assert buttons(blocks) == [
         (VIEW_LOG, "task-explore-3", None),
+        ("baton_steer_task", "task-explore-3", None),
         (CANCEL_TASK, "task-explore-3", "danger"),
     ]
 
