@@ -325,7 +325,7 @@ _MERGE_WORDS = {
 }
 
 
-def _branch_line(task: TaskRecord) -> str | None:
+def _branch_line(task: TaskRecord, *, with_change: bool = True) -> str | None:
     """ "⎇ `baton/task-coder-3` · waiting to be merged or discarded · 2 files changed"."""
     if not task.branch:
         return None
@@ -333,7 +333,7 @@ def _branch_line(task: TaskRecord) -> str | None:
     if task.merge_state:
         parts.append(_MERGE_WORDS.get(task.merge_state, task.merge_state))
     change = " ".join((task.change or "").split())
-    if change:
+    if change and with_change:
         parts.append(escape_mrkdwn(_clip(change, CHANGE_PREVIEW_CHARS)))
     return " · ".join(parts)
 
@@ -527,9 +527,12 @@ def _log_document(detail: TaskDetail) -> list[Block]:
         blocks.extend(_section(piece) for piece in code_sections(detail.log))
     else:
         blocks.append(_context("No log lines."))
-    branch = _branch_line(task)
+    branch = _branch_line(task, with_change=False)
     if branch:
         blocks.append(_section(branch))
+        change = (task.change or "").strip()
+        if change:
+            blocks.extend(_section(piece) for piece in code_sections(change.splitlines()))
     handoff = _handoff_sections(task)
     if handoff:
         blocks.append({"type": "divider"})

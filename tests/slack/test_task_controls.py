@@ -312,6 +312,13 @@ async def test_merge_from_tasks_merges_the_branch_once(harness: SlackHarness) ->
     assert "baton/task-coder-1" in shown and "notes.txt | 2 +-" in shown
     assert "waiting to be merged" in shown
 
+    await harness.click("baton_view_log", "task-coder-1", user=ALICE)
+    await until(lambda: bool(harness.slack.calls_to("views.open")))
+    view = harness.slack.calls_to("views.open")[-1].params["view"]
+    texts = [block["text"]["text"] for block in view["blocks"] if block["type"] == "section"]
+    assert any(t.startswith("⎇ `baton/task-coder-1` · waiting to be merged") for t in texts)
+    assert "```\nnotes.txt | 2 +-\n```" in texts
+
     reply = await reply_to(harness, MERGE, "task-coder-1")
     assert reply.startswith("✓ Merged `baton/task-coder-1`")
     assert (workspace / "notes.txt").read_text() == "line one\nfrom the coder\n"
