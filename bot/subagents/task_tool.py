@@ -58,10 +58,7 @@ def format_outcome(outcome: TaskOutcome) -> str:
             text = render_handoff(outcome.handoff)
             if outcome.branch or "Changes: none" in outcome.text:
                 text += "\n\n" + branch_note(outcome.branch, outcome.change)
-        return (
-            f'<task state="completed"><task_result>{escape_result(text)}'
-            "</task_result></task>"
-        )
+        return f'<task state="completed"><task_result>{escape_result(text)}</task_result></task>'
     reason = outcome.error or outcome.state
     body = f"{outcome.agent} ({outcome.task_id}) did not finish: {reason}."
     if outcome.text:
@@ -115,8 +112,13 @@ class TaskArgs(ToolArguments):
 class _Gathering:
     """The members of one foreground group of one response, as they finish."""
 
+    # Held, so the response's id (the key of this gathering) is never reused meanwhile.
+    responses: ResponseCalls
     calls: tuple[str, ...]
     members: dict[str, GroupMember] = field(default_factory=dict)
+    # Calls of the group that were refused before a child started: they return their
+    # error, and the block goes to the first call that did start one.
+    refused: set[str] = field(default_factory=set)
     returned: int = 0
     # Set whenever a member finishes, so waiting members look again at once.
     finished: asyncio.Event = field(default_factory=asyncio.Event)
@@ -239,13 +241,14 @@ class TaskTool(Tool):
             return await self._start(args)
         key = (id(responses), group)
         gathering = self._groups.get(key)
-        if gathering is None:
-            gathering = _Gathering(calls=_group_calls(responses, group))
+        if gathering is None or gathering.responses is not responses:
+            gathering = _Gathering(responses=responses, calls=_group_calls(responses, group))
             self._groups[key] = gathering
         try:
             try:
                 outcome = await self._run_child(args)
             except ToolError as exc:
+                gathering.refused.add(call.id)
                 gathering.add(
                     call.id,
                     GroupMember(
@@ -260,7 +263,9 @@ class TaskTool(Tool):
             assert not isinstance(outcome, str)
             gathering.add(call.id, member_of(outcome))
             await _wait_for_siblings(gathering, responses)
-            first = next(c for c in gathering.calls if c in gathering.members)
+            first = next(
+                c for c in gathering.calls if c in gathering.members and c not in gathering.refused
+            )
             if call.id != first:
                 return (
                     f'<task id="{outcome.task_id}" state="{outcome.state}" group="{group}">'

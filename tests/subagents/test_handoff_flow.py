@@ -252,13 +252,6 @@ async def test_a_refused_sibling_does_not_block_the_group(
     assert "group block" in tool_result_of(last, "b")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: task_tool.py:263 picks the group's first call among gathering.members, which "
-    "holds refused calls too (added at line 249 before the ToolError is re-raised); when the "
-    "refused call is first, every other member returns only a pointer to it and no call "
-    "returns the group block, so the group's answers are lost",
-)
 async def test_a_group_whose_first_call_is_refused_still_returns_its_block(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
@@ -348,14 +341,6 @@ async def wait_for_state(baton: Any, task_id: str) -> Any:
     return await asyncio.wait_for(poll(), 10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: task_tool.py _run_in_group keys a gathering by id(responses) and pops it only "
-    "once `returned` reaches len(calls); a group call that never reaches run() (invalid "
-    "arguments, a hook's deny) never counts, so the gathering stays in TaskTool._groups. A "
-    "later response of the same run whose ResponseCalls reuses that address (CPython reuses "
-    "freed ids) joins the stale gathering and waits forever for the old call",
-)
 async def test_a_group_call_that_never_ran_leaves_nothing_a_later_response_joins(
     tmp_path: Path, fake_llm: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
