@@ -139,14 +139,16 @@ async def create(repo: Path, task_id: str, base_dir: Path) -> Worktree:
     base_dir = await asyncio.to_thread(_prepare_base_dir, base_dir, workspace.top)
     path = base_dir / task_id
     branch = f"baton/{task_id}"
-    async with _repo_lock(workspace.common_dir):
-        result = await workspace.run(
-            "worktree", "add", "--quiet", "--lock", "--reason", f"Baton task {task_id} is running",
-            "-b", branch, "--", str(path), base,
-        )  # fmt: skip
-        if result.returncode != 0:
-            raise WorktreeError(f"Could not create a worktree for {task_id}: {result.error}")
-        git_dir = await _new_worktree_git_dir(path, workspace)
+    # Not serialised: each worktree has its own path, admin dir (named after the path)
+    # and branch, and git takes each ref's lock file itself; sixteen isolated children
+    # then set up side by side instead of one after another.
+    result = await workspace.run(
+        "worktree", "add", "--quiet", "--lock", "--reason", f"Baton task {task_id} is running",
+        "-b", branch, "--", str(path), base,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise WorktreeError(f"Could not create a worktree for {task_id}: {result.error}")
+    git_dir = await _new_worktree_git_dir(path, workspace)
     return Worktree(repo=workspace.top, path=path, branch=branch, base=base, git_dir=git_dir)
 
 
