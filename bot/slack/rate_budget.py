@@ -256,7 +256,7 @@ class RateBudget:
             for key, limit in keys:
                 reservation = await self.store.reserve(key, limit.interval, math.inf)
                 wait = max(wait, reservation.ahead - limit.tolerance)
-            await self._sleep(level, min(wait, self.max_urgent_wait_s))
+            await self._hold(level, min(wait, self.max_urgent_wait_s), keys)
             return
         while True:
             retry = await self._try(keys, level)
@@ -270,7 +270,7 @@ class RateBudget:
         """Reserve a slot on every key if each comes within `within` s; sleep until it."""
         granted, wait = await self._take_all(keys, lambda limit: limit.tolerance + within)
         if granted:
-            await self._sleep(Priority.URGENT, wait)
+            await self._hold(Priority.URGENT, wait, keys)
         return granted
 
     async def _try(self, keys: list[tuple[str, Limit]], level: Priority) -> float | None:
@@ -299,6 +299,24 @@ class RateBudget:
             taken.append((key, limit))
             wait = max(wait, reservation.ahead - limit.tolerance)
         return True, wait
+
+    async def _hold(self, level: Priority, wait: float, keys: list[tuple[str, Limit]]) -> None:
+        """Sleep until the slots reserved on `keys` are due. A caller cancelled meanwhile
+        (a stream's start dropped because its run ended) makes no call: its slots are
+        given back, or the call after it would wait a whole interval for a slot nobody
+        used (about a second in a channel)."""
+        try:
+            await self._sleep(level, wait)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._give_back(keys))
+            raise
+
+    async def _give_back(self, keys: list[tuple[str, Limit]]) -> None:
+        try:
+            for key, limit in keys:
+                await self.store.release(key, limit.interval)
+        except Exception:
+            logger.exception("could not give back unused Slack rate slots")
 
     async def _sleep(self, level: Priority, wait: float) -> None:
         self.stats.granted[level] += 1
