@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -46,10 +47,19 @@ class UsageTotals:
 
 
 class UsageStore:
-    """Record each LLM call's tokens; sum them per UTC day for a person, a channel or a run."""
+    """Record each LLM call's tokens; sum them per UTC day for a person, a channel or a run.
+
+    Rows recorded at the same time (the children of a fan-out ending together) are
+    written in one transaction: with SQLite, every concurrent write transaction waits
+    for the file's lock, in back-off sleeps of up to 100 ms, so sixteen of them at once
+    took hundreds of milliseconds each (bench/fanout.py). `record` still returns only
+    once its row is stored.
+    """
 
     def __init__(self, database: Database) -> None:
         self.database = database
+        self._queue: list[tuple[UsageRow, asyncio.Future[None]]] = []
+        self._writer: asyncio.Task[None] | None = None
 
     async def record(
         self,
@@ -63,20 +73,44 @@ class UsageStore:
         prompt_tokens: int,
         completion_tokens: int,
     ) -> None:
-        async with self.database.sessions() as session:
-            session.add(
-                UsageRow(
-                    day=day.isoformat(),
-                    user_id=user_id,
-                    channel_id=channel_id,
-                    run_id=run_id,
-                    task_id=task_id,
-                    model=model,
-                    prompt_tokens=prompt_tokens,
-                    completion_tokens=completion_tokens,
-                )
-            )
-            await session.commit()
+        row = UsageRow(
+            day=day.isoformat(),
+            user_id=user_id,
+            channel_id=channel_id,
+            run_id=run_id,
+            task_id=task_id,
+            model=model,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+        )
+        stored: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Read even when the caller stopped waiting (cancelled): never "never retrieved".
+        stored.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._queue.append((row, stored))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write(), name="usage-writer")
+        # Shielded: a cancelled run's call was paid for, its row is written all the same.
+        await asyncio.shield(stored)
+
+    async def _write(self) -> None:
+        """Write what is queued, one transaction for all that waits, until nothing does."""
+        while self._queue:
+            batch, self._queue = self._queue, []
+            try:
+                async with self.database.sessions() as session:
+                    session.add_all([row for row, _ in batch])
+                    await session.commit()
+            except BaseException as exc:
+                # Cancelled too (shutdown): nobody waits for ever on a row not written.
+                for _, stored in batch:
+                    if not stored.done():
+                        stored.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+            else:
+                for _, stored in batch:
+                    if not stored.done():
+                        stored.set_result(None)
 
     async def user_day(self, user_id: str, day: date) -> UsageTotals:
         """What runs started by `user_id` spent on `day` (UTC), their sub-agents included."""
