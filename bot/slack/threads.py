@@ -9,7 +9,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Collection, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,6 +40,7 @@ from bot.sessions import UnknownAgentError
 from bot.slack.answers import post_messages, post_text
 from bot.slack.approvals import SlackApprovals
 from bot.slack.blocks import (
+    TaskPostBack,
     error_message,
     feedback_blocks,
     interrupted_message,
@@ -53,7 +54,10 @@ from bot.slack.progress import ProgressMessage
 from bot.slack.rate_budget import NoRoom, Priority, RateBudget
 from bot.slack.streaming import AnswerStream
 from bot.slack.text import (
+    MARKDOWN_BLOCKS_LIMIT,
+    MESSAGE_BLOCKS_LIMIT,
     AnswerMessage,
+    fit_text,
     format_duration,
     format_tokens,
     mention_free,
@@ -118,6 +122,14 @@ FRESH_START = frozenset({"new", "reset", "start over", "new conversation"})
 # The reaction that tells someone their message reached the running agent.
 SEEN_REACTION = "eyes"
 USER_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
+
+
+@dataclass(slots=True)
+class _FinishedTasks:
+    """Background tasks whose results wait for their thread's next result message."""
+
+    records: list[TaskRecord]
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass(slots=True)
@@ -188,6 +200,8 @@ class SlackThreads:
         self._steer_watch: asyncio.Task[None] | None = None
         self.accepting = True
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Finished background tasks whose result waits for its thread's next message.
+        self._finished: dict[tuple[str, str], _FinishedTasks] = {}
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -1163,21 +1177,106 @@ class SlackThreads:
         )
 
     async def post_task_finished(self, record: TaskRecord) -> None:
-        """Tell the thread that started a background task how it ended."""
+        """Tell the thread that started a background task how it ended.
+
+        Slack takes about one message a second in a channel: the results of a fan-out,
+        ending close together, go in one message (as many as it holds), not one message
+        each a second apart. What ends while the thread's result message waits for its
+        slot, or for its still running siblings, goes in it.
+        """
         if not record.background:
             return
         session = await self.baton.conversations.store.get(record.session_id)
         if session is None or session.kind != "slack" or not session.channel_id:
             return
         assert session.thread_ts is not None
-        post = task_finished_message(self.redacted_task(record))
-        await post_messages(
-            self.client,
-            channel=session.channel_id,
-            thread_ts=session.thread_ts,
-            messages=[AnswerMessage(text=post.text, blocks=post.blocks)],
-            file=post.file,
+        where = (session.channel_id, session.thread_ts)
+        waiting = self._finished.get(where)
+        if waiting is not None:
+            # The thread's poster takes it with its next message.
+            waiting.records.append(record)
+            waiting.arrived.set()
+            return
+        self._finished[where] = waiting = _FinishedTasks(records=[record])
+        try:
+            while waiting.records:
+                try:
+                    await self._gather_siblings(session.id, waiting)
+                    await self._post_finished(*where, waiting.records)
+                except Exception:
+                    logger.exception("could not post finished tasks in %s/%s", *where)
+        finally:
+            del self._finished[where]
+
+    async def _gather_siblings(self, session_id: int, waiting: _FinishedTasks) -> None:
+        """While other background tasks of the session still run, wait for them to end,
+        for at most the time Slack takes between two messages in a channel: past it the
+        next message would have to wait for its slot anyway."""
+        budget: RateBudget | None = getattr(self.client, "budget", None)
+        if budget is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget.channel_limit.interval
+        while True:
+            waiting.arrived.clear()
+            if await self.baton.tracker.running_background(session_id) == 0:
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await waiting.arrived.wait()
+
+    async def _post_finished(self, channel: str, thread_ts: str, waiting: list[TaskRecord]) -> None:
+        """Post the next message of finished tasks; its slot first, then what it holds
+        (what ended during the wait included)."""
+        budget: RateBudget | None = getattr(self.client, "budget", None)
+        slot = (
+            budget.slot("chat.postMessage", channel, Priority.URGENT)
+            if budget is not None
+            else contextlib.nullcontext()
         )
+        async with slot:
+            posts = take_finished_posts(
+                waiting, render=lambda r: task_finished_message(self.redacted_task(r))
+            )
+            await post_messages(
+                self.client,
+                channel=channel,
+                thread_ts=thread_ts,
+                messages=[
+                    AnswerMessage(
+                        text=fit_text("\n\n".join(post.text for post in posts)),
+                        blocks=[block for post in posts for block in post.blocks],
+                    )
+                ],
+                file=posts[0].file,
+            )
+
+
+def take_finished_posts(
+    waiting: list[TaskRecord], *, render: Callable[[TaskRecord], TaskPostBack]
+) -> list[TaskPostBack]:
+    """Take from the front of `waiting` the task results one Slack message holds (at
+    least one): within its block and markdown limits, and a result with a file alone."""
+    posts: list[TaskPostBack] = []
+    blocks = markdown = 0
+    while waiting:
+        post = render(waiting[0])
+        size = sum(len(b.get("text", "")) for b in post.blocks if b.get("type") == "markdown")
+        if posts and (
+            post.file is not None
+            or posts[0].file is not None
+            or blocks + len(post.blocks) > MESSAGE_BLOCKS_LIMIT
+            or markdown + size > MARKDOWN_BLOCKS_LIMIT
+        ):
+            break
+        posts.append(post)
+        blocks += len(post.blocks)
+        markdown += size
+        waiting.pop(0)
+    return posts
 
 
 def session_key_of(message: ThreadMessage) -> SessionKey:
