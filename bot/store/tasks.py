@@ -236,11 +236,17 @@ class TaskStore:
             return _record(row)
 
     async def append_log(self, task_id: str, lines: Sequence[str]) -> None:
-        if not lines:
+        await self.append_logs([(task_id, lines)])
+
+    async def append_logs(self, entries: Sequence[tuple[str, Sequence[str]]]) -> None:
+        """Several tasks' lines in one transaction, in the order given."""
+        rows = [
+            TaskLogRow(task_id=task_id, line=line) for task_id, lines in entries for line in lines
+        ]
+        if not rows:
             return
         async with self.database.sessions() as session:
-            for line in lines:
-                session.add(TaskLogRow(task_id=task_id, line=line))
+            session.add_all(rows)
             await session.commit()
 
     async def finish(

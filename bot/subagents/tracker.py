@@ -54,6 +54,9 @@ class TaskTracker:
         self._notifications: set[asyncio.Task[None]] = set()
         # Steering taken for children running here, waiting for their next LLM call.
         self._inboxes: dict[str, list[ChatMessage]] = {}
+        # Log lines waiting for the writer, each with the future its caller awaits.
+        self._log_queue: list[tuple[str, tuple[str, ...], asyncio.Future[None]]] = []
+        self._log_writer: asyncio.Task[None] | None = None
         # Serialises this process's background starts (the store makes counting and
         # recording one step across replicas; this keeps them from queueing there).
         self.start_lock = asyncio.Lock()
@@ -129,7 +132,32 @@ class TaskTracker:
         return record
 
     async def append_log(self, task_id: str, *lines: str) -> None:
-        await self.store.append_log(task_id, lines)
+        """Add lines to a task's log; they are stored when this returns.
+
+        Lines written meanwhile by other children share one transaction (a group
+        commit): sixteen children logging at once make a few writes, not sixteen.
+        """
+        if not lines:
+            return
+        done = asyncio.get_running_loop().create_future()
+        self._log_queue.append((task_id, lines, done))
+        if self._log_writer is None or self._log_writer.done():
+            self._log_writer = asyncio.create_task(self._write_logs(), name="task-log-writer")
+        await done
+
+    async def _write_logs(self) -> None:
+        while self._log_queue:
+            batch, self._log_queue = self._log_queue, []
+            try:
+                await self.store.append_logs([(task_id, lines) for task_id, lines, _ in batch])
+            except Exception as exc:
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            for _, _, done in batch:
+                if not done.done():
+                    done.set_result(None)
 
     async def finish(
         self,

@@ -163,8 +163,8 @@ async def finish(worktree: Worktree, *, message: str) -> Change | None:
         raise WorktreeError(f"The worktree of {worktree.branch} at {worktree.path} is gone")
     workspace = await _open_repo(worktree.repo)
     git = _common_git(worktree)
-    tip = await _commit_work_tree(git, workspace, worktree, message)
-    if await _tree_of(git, tip) == await _tree_of(git, worktree.base):
+    tip, tree, base_tree = await _commit_work_tree(git, workspace, worktree, message)
+    if tree == base_tree:
         async with _repo_lock(workspace.common_dir):
             await _remove_own_worktree(workspace, worktree)
             await _delete_branch(workspace, worktree.branch)
@@ -396,8 +396,11 @@ async def _new_worktree_git_dir(path: Path, workspace: _Repo) -> Path:
 # --- finish ----------------------------------------------------------------------------
 
 
-async def _commit_work_tree(git: _Git, workspace: _Repo, worktree: Worktree, message: str) -> str:
-    """Commit the work tree's files on the child's branch; return the branch's tip.
+async def _commit_work_tree(
+    git: _Git, workspace: _Repo, worktree: Worktree, message: str
+) -> tuple[str, str, str]:
+    """Commit the work tree's files on the child's branch; return the branch's tip, its
+    tree, and the tree of the branch's base.
 
     A fresh index in a directory of our own, filled from the branch, then `add --all`:
     the commit holds exactly the files the child left, whatever it did to its index or
@@ -418,8 +421,9 @@ async def _commit_work_tree(git: _Git, workspace: _Repo, worktree: Worktree, mes
         tree = (await _checked(indexed, "write-tree")).text
     finally:
         await asyncio.to_thread(shutil.rmtree, scratch, True)
-    if await _tree_of(git, parent) == tree:
-        return parent
+    parent_tree, base_tree = await _trees(git, parent, worktree.base)
+    if parent_tree == tree:
+        return parent, tree, base_tree
     text = message.strip() or f"Baton task {worktree.branch.removeprefix('baton/')}"
     identity = await _identity_config(workspace)
     created = await git.run("commit-tree", tree, "-p", parent, "-m", text, config=identity)
@@ -428,14 +432,17 @@ async def _commit_work_tree(git: _Git, workspace: _Repo, worktree: Worktree, mes
     # Compare-and-swap: the branch must still be where we read it (or still absent).
     ref = f"refs/heads/{worktree.branch}"
     await _checked(git, "update-ref", "-m", "baton: finish", ref, created.text, existing or "")
-    return created.text
+    return created.text, tree, base_tree
 
 
 async def _identity_config(git: _Git) -> tuple[str, ...]:
     """Baton's identity unless the repository (or its user) has a complete one."""
-    name = await git.run("config", "--get", "user.name")
-    email = await git.run("config", "--get", "user.email")
-    if name.returncode == 0 and name.text and email.returncode == 0 and email.text:
+    found = await git.run("config", "--get-regexp", r"^user\.(name|email)$")
+    values: dict[str, str] = {}
+    for line in found.text.splitlines() if found.returncode == 0 else ():
+        key, _, value = line.partition(" ")
+        values[key] = value.strip()
+    if values.get("user.name") and values.get("user.email"):
         return ()
     return (f"user.name={_FALLBACK_NAME}", f"user.email={_FALLBACK_EMAIL}")
 
@@ -445,8 +452,13 @@ async def _branch_commit(git: _Git, branch: str) -> str | None:
     return result.text if result.returncode == 0 else None
 
 
-async def _tree_of(git: _Git, commit: str) -> str:
-    return (await _checked(git, "rev-parse", "--verify", f"{commit}^{{tree}}")).text
+async def _trees(git: _Git, *commits: str) -> list[str]:
+    """The trees of several commits, in one git call."""
+    result = await _checked(git, "rev-parse", *(f"{commit}^{{tree}}" for commit in commits))
+    trees = result.text.split()
+    if len(trees) != len(commits):
+        raise WorktreeError(f"Could not read the trees of {', '.join(commits)}")
+    return trees
 
 
 async def _numstat(git: _Git, base: str, tip: str) -> tuple[FileChange, ...]:
@@ -477,8 +489,8 @@ async def _remove_own_worktree(workspace: _Repo, worktree: Worktree) -> None:
     puts them. `shutil.rmtree` never follows symlinks, so links the child left cannot
     lead the deletion elsewhere.
     """
-    await workspace.run("worktree", "unlock", str(worktree.path))
-    result = await workspace.run("worktree", "remove", "--force", str(worktree.path))
+    # Twice --force: remove it although it is locked (one git call, not unlock first).
+    result = await workspace.run("worktree", "remove", "--force", "--force", str(worktree.path))
     if result.returncode == 0:
         return
     if (
