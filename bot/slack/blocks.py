@@ -371,7 +371,16 @@ def _outcome_markdown(task: TaskRecord) -> str:
     """What a task produced, as Markdown: its result, and why it stopped if it failed."""
     result = (task.result or "").strip()
     if task.state == "completed":
-        return result or "_(no result text)_"
+        handoff = Handoff.from_json(task.handoff) if task.handoff else None
+        if handoff is None:
+            return result or "_(no result text)_"
+        # The status word first, and what the child says it could not do after.
+        parts = [f"**Status:** {handoff.status}", result or "_(no result text)_"]
+        if handoff.limitations:
+            parts.append(
+                "**Limitations:**\n" + "\n".join(f"- {item}" for item in handoff.limitations)
+            )
+        return "\n\n".join(parts)
     if task.state == "running":
         return "_Still running._"
     reason = (task.error or "").strip() or "no reason given"

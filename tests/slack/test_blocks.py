@@ -28,6 +28,7 @@ from bot.slack.blocks import (
 )
 from bot.slack.text import escape_mrkdwn
 from bot.store.tasks import TaskDetail, TaskRecord
+from bot.subagents.handoff import Handoff
 
 NOW = datetime(2025, 3, 4, 12, 0, tzinfo=UTC)
 BLOCK_LIMITS = {"message": 50, "modal": 100, "home": 100}
@@ -569,3 +570,21 @@ def test_who_cancelled_a_task_shows_as_a_mention_and_nothing_else_does() -> None
         assert "<!channel>" not in headline and "<@U3>" not in headline
     post = task_finished_message(make_task(state="failed", error="cancelled by <@U2>"))
     assert "<@U2>" not in post.blocks[0]["elements"][0]["text"]
+
+
+def test_a_finished_post_says_the_handoffs_status_and_limitations() -> None:
+    handoff = Handoff(
+        status="blocked",
+        answer="Could not run the migration.",
+        limitations=("needs database credentials",),
+    )
+    task = make_task(
+        state="completed", result="Could not run the migration.", handoff=handoff.to_json()
+    )
+    markdown = task_finished_message(task).blocks[1]["text"]
+    assert markdown.startswith("**Status:** blocked\n\nCould not run the migration.")
+    assert "**Limitations:**\n- needs database credentials" in markdown
+    # A task stored without a handoff (or with an unreadable one) shows its result alone.
+    for stored in (None, "not json"):
+        plain = task_finished_message(make_task(state="completed", result="R", handoff=stored))
+        assert plain.blocks[1]["text"] == "R"
