@@ -15,6 +15,7 @@ from pythonjsonlogger.json import JsonFormatter
 from bot.config import Settings, load_settings
 from bot.errors import BatonError
 from bot.redaction import redact
+from bot.subagents.definition import AgentDefinition
 
 NO_TOKEN_MESSAGE = """\
 baton: SLACK_BOT_TOKEN is not set, so Baton cannot connect to Slack.
@@ -133,7 +134,7 @@ def _render_workspace_agents(settings: Settings, directory: Path) -> str:
 
     registry = build_agent_registry(settings, directory)
     tools = build_workspace_tools(Workspace(directory), environment={})
-    rows = [("NAME", "SOURCE", "TOOLS", "MODEL", "MAX TURNS")]
+    rows = [("NAME", "SOURCE", "TOOLS", "MODEL", "MAX TURNS", "OPTIONS")]
     for definition in registry.definitions():
         shown = ", ".join(definition.resolve_tools(tools).names()) or "none"
         if not definition.tools and not definition.disallowed_tools:
@@ -148,11 +149,12 @@ def _render_workspace_agents(settings: Settings, directory: Path) -> str:
                 shown,
                 definition.model or f"(inherits: {settings.model or 'unset'})",
                 str(definition.max_turns or settings.max_turns),
+                _options(definition),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = [
-        "  ".join(cell.ljust(widths[i]) if i < 4 else cell for i, cell in enumerate(row)).rstrip()
+        "  ".join(cell.ljust(widths[i]) if i < 5 else cell for i, cell in enumerate(row)).rstrip()
         for row in rows
     ]
     if registry.invalid:
@@ -165,6 +167,18 @@ def _render_workspace_agents(settings: Settings, directory: Path) -> str:
             for item in registry.shadowed
         ]
     return "\n".join(lines) + "\n"
+
+
+def _options(definition: AgentDefinition) -> str:
+    """What an agent file turns on beyond its tools: its worktree, memory, delegation."""
+    options = []
+    if definition.isolation == "worktree":
+        options.append("worktree")
+    if definition.memory == "project":
+        options.append("memory")
+    if definition.allowed_subagents:
+        options.append(f"delegates to {', '.join(definition.allowed_subagents)}")
+    return "; ".join(options) or "-"
 
 
 def run_slack(settings: Settings) -> int:

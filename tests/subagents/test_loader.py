@@ -172,10 +172,21 @@ def test_render_agents_lists_agents_invalid_files_and_shadowing(tmp_path: Path) 
         "description: Runs tests.\ntools: bash, read_file, web_fetch\nmodel: small-model\n"
         "max_turns: 7",
     )  # fmt: skip
+    agent_file(
+        tmp_path / "agents", "lead.md",
+        "description: Leads.\nisolation: worktree\nmemory: project\n"
+        "allowed_subagents: explore, tester",
+    )  # fmt: skip
     report = render_agents(settings)
     lines = report.splitlines()
     tester = next(line for line in lines if line.startswith("tester"))
-    assert "read_file, bash" in tester and "small-model" in tester and tester.endswith("7")
+    assert (
+        "read_file, bash" in tester
+        and "small-model" in tester
+        and tester.split()[-2:] == ["7", "-"]
+    )
+    lead = next(line for line in lines if line.startswith("lead"))
+    assert lead.endswith("worktree; memory; delegates to explore, tester")
     assert "(unknown, ignored: web_fetch)" in tester
     explore = next(line for line in lines if line.startswith("explore"))
     assert ".baton/agents/explore.md" in explore
