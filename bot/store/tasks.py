@@ -380,13 +380,14 @@ class TaskStore:
 
         Each row is claimed by a conditional UPDATE, so two turns racing on one
         session (or two replicas) can never both receive the same result. Tasks of a
-        group wait until no task of their group runs, then come together.
+        group (one parent's tasks of one group name) wait until none of it runs, then
+        come together.
         """
         async with self.database.sessions() as session:
             busy_groups = set(
                 (
                     await session.exec(
-                        select(TaskRow.group_name).where(
+                        select(TaskRow.parent_id, TaskRow.group_name).where(
                             TaskRow.session_id == session_id,
                             TaskRow.background == True,  # noqa: E712
                             TaskRow.state == "running",
@@ -397,7 +398,7 @@ class TaskStore:
             )
             rows = (
                 await session.exec(
-                    select(TaskRow.id, TaskRow.group_name)
+                    select(TaskRow.id, TaskRow.parent_id, TaskRow.group_name)
                     .where(
                         TaskRow.session_id == session_id,
                         TaskRow.background == True,  # noqa: E712
@@ -407,7 +408,12 @@ class TaskStore:
                     .order_by(col(TaskRow.finished_at), col(TaskRow.id))
                 )
             ).all()
-        candidates = [task_id for task_id, group in rows if group not in busy_groups]
+        # A group is one parent's: a lead's group and the main agent's of one name differ.
+        candidates = [
+            task_id
+            for task_id, parent_id, group in rows
+            if group is None or (parent_id, group) not in busy_groups
+        ]
         claimed: list[TaskRecord] = []
         for task_id in candidates:
             async with self.database.sessions() as session:
