@@ -72,6 +72,11 @@ async def rows_of(baton: Baton, run_id: str) -> list[tuple[str | None, int]]:
     return sorted(pairs, key=lambda pair: (pair[0] or "", pair[1]))
 
 
+def handoff_costs(fake: FakeOpenAI) -> list[int]:
+    """What each handoff request the fake declined cost, in the order they came."""
+    return [request.prompt_tokens + 1 for request in fake.handoff_requests]
+
+
 def done_of(events: list) -> Done:
     assert isinstance(events[-1], Done), events[-1]
     return events[-1]
@@ -104,24 +109,34 @@ async def test_the_main_agent_and_every_child_charge_one_run_and_one_day(
 
     events = await run_turn(baton, "go", meter=budget, user_id="U1")
     assert done_of(events).final_text == "Both under way."
+    # Each child that ends without submit_result is asked for it once: a model call,
+    # charged like any other (the fake declines it, spending its prompt and one token).
+    [explore_asked] = handoff_costs(fake_llm)
     # The turn is over; the background child has not spent anything yet.
-    assert budget.spent.total_tokens == 1_100 + 550 + 1_100
+    assert budget.spent.total_tokens == 1_100 + 550 + explore_asked + 1_100
     release.set()
     finished = await wait_finished(baton, "task-general-purpose-1")
     assert finished.state == "completed"
 
     # ...and then charges the same run, person and channel as the rest.
-    assert budget.spent.total_tokens == 1_100 + 550 + 1_100 + 770
-    assert await rows_of(baton, budget.run_id) == [
-        (None, 1_100),
-        (None, 1_100),
-        ("task-explore-1", 550),
-        ("task-general-purpose-1", 770),
-    ]
+    _, general_asked = handoff_costs(fake_llm)
+    total = 1_100 + 550 + explore_asked + 1_100 + 770 + general_asked
+    assert budget.spent.total_tokens == total
+    assert await rows_of(baton, budget.run_id) == sorted(
+        [
+            (None, 1_100),
+            (None, 1_100),
+            ("task-explore-1", 550),
+            ("task-explore-1", explore_asked),
+            ("task-general-purpose-1", 770),
+            ("task-general-purpose-1", general_asked),
+        ],
+        key=lambda pair: (pair[0] or "", pair[1]),
+    )
     day = EVENING.date()
-    assert (await store.run_total(budget.run_id)).total_tokens == 3_520
-    assert (await store.user_day("U1", day)).total_tokens == 3_520
-    assert (await store.channel_day("C1", day)).total_tokens == 3_520
+    assert (await store.run_total(budget.run_id)).total_tokens == total
+    assert (await store.user_day("U1", day)).total_tokens == total
+    assert (await store.channel_day("C1", day)).total_tokens == total
     assert (await store.user_day("U1", day + timedelta(days=1))).total_tokens == 0
     assert (await store.user_day("U2", day)).total_tokens == 0
 
