@@ -115,6 +115,8 @@ class TaskOutcome:
     usage: Usage
     turns: int
     handoff: Handoff | None = None
+    # Whether it worked in a worktree of its own; `branch` holds its work, if any.
+    isolated: bool = False
     branch: str | None = None
     change: str | None = None
 
@@ -520,6 +522,7 @@ class SubAgentRunner:
             usage=ending.usage,
             turns=ending.turns,
             handoff=ending.handoff,
+            isolated=tree is not None,
             branch=ending.branch,
             change=ending.change,
         )

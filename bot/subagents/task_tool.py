@@ -56,7 +56,7 @@ def format_outcome(outcome: TaskOutcome) -> str:
         text = outcome.text
         if outcome.handoff is not None:
             text = render_handoff(outcome.handoff)
-            if outcome.branch or "Changes: none" in outcome.text:
+            if outcome.isolated:
                 text += "\n\n" + branch_note(outcome.branch, outcome.change)
         return f'<task state="completed"><task_result>{escape_result(text)}</task_result></task>'
     reason = outcome.error or outcome.state
