@@ -26,7 +26,7 @@ from pydantic import (
     ValidationError,
 )
 
-from bot.errors import ToolArgumentsError
+from bot.errors import ToolArgumentsError, ToolError
 from bot.tools.base import Tool, ToolArguments, cap_output
 
 HandoffStatus = Literal["complete", "blocked", "uncertain"]
@@ -167,10 +167,20 @@ class SubmitResult(Tool):
     control = True
     main_argument = None
 
+    # A model that keeps submitting is told to stop; its last valid result stands.
+    MAX_SUBMISSIONS = 3
+
     def __init__(self) -> None:
         self.handoff: Handoff | None = None
+        self.submissions = 0
 
     async def run(self, args: SubmitResultArgs) -> str:
+        if self.submissions >= self.MAX_SUBMISSIONS:
+            raise ToolError(
+                f"your result was recorded {self.submissions} times already (status: "
+                f"{self.handoff.status if self.handoff else 'none'}); do not call "
+                f"{self.name} again: end now with one short line"
+            )
         if args.status != "complete" and not args.limitations:
             raise ToolArgumentsError(
                 f"invalid arguments for {self.name}: status is {args.status}, so limitations "
@@ -199,6 +209,7 @@ class SubmitResult(Tool):
         )
         replaced = self.handoff is not None
         self.handoff = handoff
+        self.submissions += 1
         recorded = f"Result recorded (status: {handoff.status})"
         if replaced:
             recorded += ", replacing the result you submitted before"

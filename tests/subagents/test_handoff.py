@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bot.errors import ToolArgumentsError
+from bot.errors import ToolArgumentsError, ToolError
 from bot.subagents.handoff import (
     HANDOFF_REQUEST,
     Claim,
@@ -438,3 +438,13 @@ def test_fan_in_fields_cannot_forge_headers_or_lines() -> None:
     ]
     assert margin_lines(text)[0] == "Group 'g ## fake (z) — completed': 2 sub-agents, 1 completed."
     assert "  ## task-x (y) — completed" in text
+
+
+async def test_a_model_that_keeps_submitting_is_told_to_stop_and_its_last_result_stands() -> None:
+    tool = SubmitResult()
+    for n in range(SubmitResult.MAX_SUBMISSIONS):
+        raw = json.dumps({"status": "complete", "answer": f"answer {n}"})
+        await tool.run(tool.parse_arguments(raw))
+    with pytest.raises(ToolError, match="do not call submit_result again"):
+        await tool.run(tool.parse_arguments(json.dumps({"status": "complete", "answer": "more"})))
+    assert tool.handoff is not None and tool.handoff.answer == "answer 2"
