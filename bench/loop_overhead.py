@@ -36,7 +36,7 @@ from openai import AsyncOpenAI
 from bot.access.budgets import RunBudget
 from bot.app import Baton, build_baton
 from bot.config import PermissionsConfig, SandboxConfig, Settings
-from bot.engine import ApprovalDecision, ApprovalRequest, Done, RunEvent
+from bot.engine import ApprovalDecision, ApprovalRequest, Done
 from bot.sessions.main_agent import Turn
 from bot.store import SessionKey
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
@@ -84,7 +84,7 @@ def script(fake: FakeOpenAI, trips: int) -> None:
 
 
 async def bare_loop(
-    client: AsyncOpenAI, system: str, tools: list[dict[str, Any]], output: str
+    client: AsyncOpenAI, system: str, tools: list[dict[str, Any]], output: str, workspace: Path
 ) -> int:
     """The round trips with the openai client alone; returns the calls made.
 
@@ -137,7 +137,7 @@ async def bare_loop(
         )
         for call in calls.values():
             path = json.loads(call["arguments"])["path"]
-            await asyncio.to_thread((ROOT / "ws" / path).read_text)
+            await asyncio.to_thread((workspace / path).read_text)
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
 
 
@@ -150,7 +150,6 @@ async def baton_turn(baton: Baton, n: int) -> int:
     key = SessionKey.slack_thread(team_id="T1", channel_id="C1", thread_ts=f"{n}.0")
     meter = RunBudget(usage=baton.usage, limit=0, run_id=f"run{n}", user_id="U1", channel_id="C1")
     done: Done | None = None
-    events: list[RunEvent] = []
     async for event in baton.conversations.run_turn(
         key,
         PROMPT,
@@ -160,14 +159,10 @@ async def baton_turn(baton: Baton, n: int) -> int:
         progress=lambda update: None,
         inbox=list,
     ):
-        events.append(event)
         if isinstance(event, Done):
             done = event
     assert done is not None and done.stop_reason == "completed", done
     return done.turns
-
-
-ROOT = Path()
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,14 +192,13 @@ def timed(into: list[Timing]) -> Iterator[list[int]]:
 
 
 async def measure(trips: int, repeats: int, profile: str | None) -> tuple[Timing, Timing]:
-    global ROOT
     async with FakeOpenAI() as fake:
         script(fake, trips)
         with tempfile.TemporaryDirectory() as directory:
-            ROOT = Path(directory)
-            (ROOT / "ws").mkdir()
-            (ROOT / "ws" / FILE).write_text(CONTENT)
-            baton = await build_baton(settings_for(ROOT, fake.url))
+            root = Path(directory)
+            (root / "ws").mkdir()
+            (root / "ws" / FILE).write_text(CONTENT)
+            baton = await build_baton(settings_for(root, fake.url))
             client = AsyncOpenAI(api_key="sk-bench", base_url=fake.url, max_retries=0)
             # The bare loop sends what Baton's main agent sends: its prompt and tools.
             agent = baton.conversations.main_agent
@@ -216,13 +210,13 @@ async def measure(trips: int, repeats: int, profile: str | None) -> tuple[Timing
             output = await read_file.run(read_file.parse_arguments(json.dumps({"path": FILE})))
             try:
                 # Warm up: connections, imports, the database's first writes.
-                await bare_loop(client, system, tools, output)
+                await bare_loop(client, system, tools, output, root / "ws")
                 await baton_turn(baton, -1)
                 bare: list[Timing] = []
                 ours: list[Timing] = []
                 for n in range(repeats):
                     with timed(bare) as calls:
-                        calls.append(await bare_loop(client, system, tools, output))
+                        calls.append(await bare_loop(client, system, tools, output, root / "ws"))
                     profiler = cProfile.Profile() if profile and n == repeats - 1 else None
                     with timed(ours) as calls:
                         if profiler is not None:
