@@ -23,7 +23,7 @@ from bot.sites import SharedParts, Site, agent_roots, build_site, site_directori
 from bot.store import Database, EventLedger, SessionStore
 from bot.store.instances import HEARTBEAT_EVERY_S, STALE_AFTER_S, Instances
 from bot.store.signals import Signals
-from bot.store.tasks import TaskStore
+from bot.store.tasks import TaskRecord, TaskStore
 from bot.store.usage import UsageStore
 from bot.subagents import BUILTIN_AGENTS, AgentRegistry, SubAgentRunner, TaskTracker
 from bot.subagents.branches import discard_branch, merge_branch
@@ -69,6 +69,17 @@ class Baton:
         if channel_id is None:
             return self.default_site
         return self.channel_sites.get(channel_id, self.default_site)
+
+    async def recover_tasks(self) -> list[TaskRecord]:
+        """Fail the tasks of processes that are gone, keeping an isolated child's work
+        on its branch (its worktree is committed, then removed)."""
+        failed = await self.tracker.recover()
+        for record in failed:
+            try:
+                await self.site_for(record.channel_id).runner.recover_worktree(record)
+            except Exception:
+                logger.exception("could not keep the worktree of task %s", record.id)
+        return failed
 
     async def merge_task(self, task_id: str, *, by: str) -> str:
         """Merge an isolated task's branch into its site's checkout; what happened."""

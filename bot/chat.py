@@ -107,7 +107,7 @@ class TerminalChat:
         self.session_id = (await self.site.conversations.store.get_or_create(self.key)).id
         self.baton.tracker.on_finish(self.notify_finished)
         self.baton.start_heartbeat()
-        await self.baton.tracker.recover()
+        await self.baton.recover_tasks()
         history = await self.site.conversations.history(self.key)
         resumed = f", {len(history)} earlier messages" if history else ""
         self.line(

@@ -250,7 +250,7 @@ class SlackSurface:
 
     async def tidy(self, *, prune: bool = True) -> None:
         """Fail and expire the work of processes that are gone; forget old event claims."""
-        await self.baton.tracker.recover()
+        await self.baton.recover_tasks()
         await self.approvals.expire_abandoned()
         await self.threads.close_orphaned_runs()
         alive = await self.baton.instances.alive()

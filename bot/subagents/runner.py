@@ -527,6 +527,25 @@ class SubAgentRunner:
             change=ending.change,
         )
 
+    async def recover_worktree(self, record: TaskRecord) -> worktrees.Change | None:
+        """Keep the work of an isolated child whose process died: commit what is in its
+        worktree on its branch and name the branch on the task, as a cancel would."""
+        if self.worktrees_dir is None:
+            return None
+        try:
+            tree = await worktrees.reopen(self.workspace, record.id, self.worktrees_dir)
+        except worktrees.WorktreeError as exc:
+            logger.warning("task %s: could not look for its worktree: %s", record.id, exc)
+            return None
+        if tree is None:
+            return None
+        change = await self._close_worktree(record, tree)
+        if change is not None:
+            await self.tracker.store.record_branch(
+                record.id, branch=change.branch, change=change.summary()
+            )
+        return change
+
     async def _close_worktree(
         self, record: TaskRecord, tree: worktrees.Worktree
     ) -> worktrees.Change | None:

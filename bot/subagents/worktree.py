@@ -152,6 +152,28 @@ async def create(repo: Path, task_id: str, base_dir: Path) -> Worktree:
     return Worktree(repo=workspace.top, path=path, branch=branch, base=base, git_dir=git_dir)
 
 
+async def reopen(repo: Path, task_id: str, base_dir: Path) -> Worktree | None:
+    """The worktree `create` made for `task_id`, found again after Baton restarted; None
+    when there is none (it was finished, or never made) or it is not this repository's.
+
+    Its base is the branch's tip: the child cannot commit inside its sandbox, so the
+    branch is still where `create` started it.
+    """
+    _check_task_id(task_id)
+    path = await asyncio.to_thread(lambda: base_dir.resolve() / task_id)
+    if not await asyncio.to_thread(path.is_dir):
+        return None
+    workspace = await _open_repo(repo)
+    git_dir = workspace.common_dir / "worktrees" / task_id
+    branch = f"baton/{task_id}"
+    if not await asyncio.to_thread(git_dir.is_dir):
+        return None
+    base = await _branch_commit(workspace, branch)
+    if base is None:
+        return None
+    return Worktree(repo=workspace.top, path=path, branch=branch, base=base, git_dir=git_dir)
+
+
 async def finish(worktree: Worktree, *, message: str) -> Change | None:
     """Commit the child's work on its branch and remove the worktree directory.
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from bot.config import PermissionsConfig
 from bot.store.tasks import TaskRecord
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
-from tests.subagents.harness import Router, make_baton, run_turn, wait_finished
+from tests.subagents.harness import THREAD, Router, make_baton, run_turn, wait_finished
 
 CODER = "CODER-PROMPT"
 # Background children cannot ask anyone: the operator allows what they need.
@@ -237,3 +237,36 @@ async def test_a_cancelled_isolated_child_keeps_its_work_on_its_branch(
     assert record.state == "cancelled"
     assert record.branch == "baton/task-coder-1" and record.merge_state == "pending"
     assert git(baton.workspace.root, "show", "baton/task-coder-1:half.txt") == "half\n"
+
+
+async def test_a_killed_processs_isolated_child_keeps_its_work_after_a_restart(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """What a kill -9 leaves: a running task owned by a process that is gone, and its
+    worktree with the child's edits. The next start commits them on the task's branch."""
+    from bot.subagents import worktree
+
+    baton = await make_baton(tmp_path, fake_llm, permissions=WRITES)
+    root = baton.workspace.root
+    make_repo(root)
+    session = await baton.conversations.store.get_or_create(THREAD)
+    try:
+        record = await baton.tracker.store.create(
+            task_id="task-coder-7", session_id=session.id, channel_id="C1", agent="coder",
+            description="edit notes", prompt="p", background=True, started_by="U1",
+            owner="a-process-that-died",
+        )  # fmt: skip
+        tree = await worktree.create(root, record.id, baton.settings.state_dir / "worktrees")
+        (tree.path / "notes.txt").write_text("half done\n")
+        failed = await baton.recover_tasks()
+        task = (await baton.tracker.get(record.id)).task  # type: ignore[union-attr]
+        # Nothing else to recover the second time round.
+        assert await baton.recover_tasks() == []
+    finally:
+        await baton.close()
+    assert [f.id for f in failed] == [record.id]
+    assert task.state == "failed" and "restart" in (task.error or "")
+    assert task.branch == "baton/task-coder-7" and task.merge_state == "pending"
+    assert git(root, "show", "baton/task-coder-7:notes.txt") == "half done\n"
+    assert not tree.path.exists()
+    assert (root / "notes.txt").read_text() == "line one\n"
