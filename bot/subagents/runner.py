@@ -79,6 +79,10 @@ NO_HANDOFF_REASON = (
     "its last text is kept as the answer"
 )
 HANDOFF_TURNS = 3
+# A directory found to be a git repository is not asked again for this long: the
+# children of one fan-out start without a git call each. (A worktree that cannot be
+# made after all fails that child with the reason.)
+REPOSITORY_CHECK_S = 5.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,6 +247,8 @@ class SubAgentRunner:
         self.max_task_depth = max_task_depth
         self.isolated = isolated
         self.worktrees_dir = worktrees_dir
+        # When each directory was last found to be a repository with a commit.
+        self._repository_seen: dict[Path, float] = {}
 
     def may_delegate(self, definition: AgentDefinition, depth: int) -> bool:
         """Whether an agent running at `depth` holds a `task` tool of its own."""
@@ -298,10 +304,15 @@ class SubAgentRunner:
         """
         if self.isolated is None or self.worktrees_dir is None:
             raise ToolError("isolation: worktree is not available in this workspace")
+        root = parent.root or self.workspace
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._repository_seen.get(root, -REPOSITORY_CHECK_S) < REPOSITORY_CHECK_S:
+            return  # a fan-out of isolated children asks once, not once per child
         try:
-            await worktrees.check_repository(parent.root or self.workspace)
+            await worktrees.check_repository(root)
         except worktrees.WorktreeError as exc:
             raise ToolError(f"{exc}; the sub-agent was not started") from exc
+        self._repository_seen[root] = loop.time()
 
     async def run_foreground(
         self,
