@@ -34,6 +34,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.fanout
 	$(BIN)/python -m bench.loop_overhead
+	$(BIN)/python -m bench.isolated_fanout
 	$(BIN)/python -m bench.ack_latency
 	$(BIN)/python -m bench.sandbox
 	$(BIN)/python -m bench.queue
