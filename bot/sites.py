@@ -212,4 +212,3 @@ def _working_parts(
         sandboxed=sandbox.available,
     )
     return workspace, tools, permissions
-

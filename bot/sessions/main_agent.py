@@ -93,9 +93,7 @@ class MainAgent:
             tools=self.tools.with_tools(
                 [
                     task_tool,
-                    *control_tools(
-                        self.runner.tracker, session_id=turn.session.id, parent_id=None
-                    ),
+                    *control_tools(self.runner.tracker, session_id=turn.session.id, parent_id=None),
                 ]
             ),
             system_prompt=self.system_prompt,
