@@ -102,9 +102,11 @@ class ParentContext:
     # How deep the delegating run is (the main agent: 0), and its task (None: main).
     depth: int = 0
     task_id: str | None = None
-    # Where the delegating run works (None: the site's workspace); a worktree for an
-    # isolated child, whose own children start from there.
+    # Where the delegating run works (None: the site's workspace): an isolated child's
+    # worktree, which its own children (not isolated themselves) work in too, with the
+    # permission hook made for that worktree (None: the site's hooks).
     root: Path | None = None
+    hooks: tuple[Hook, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -304,7 +306,10 @@ class SubAgentRunner:
         """
         if self.isolated is None or self.worktrees_dir is None:
             raise ToolError("isolation: worktree is not available in this workspace")
-        root = parent.root or self.workspace
+        # Always the site's own checkout, never the parent's tree: a lead working in a
+        # worktree could have rewritten that tree's `.git` file to name a repository of
+        # its own, whose config would run programs when Baton's git opens it.
+        root = self.workspace
         loop = asyncio.get_running_loop()
         if loop.time() - self._repository_seen.get(root, -REPOSITORY_CHECK_S) < REPOSITORY_CHECK_S:
             return  # a fan-out of isolated children asks once, not once per child
@@ -478,12 +483,14 @@ class SubAgentRunner:
     ) -> TaskOutcome:
         """Run the child (in its own worktree when isolated), then record how it ended."""
         tree: worktrees.Worktree | None = None
-        tools, hooks = parent.tools, self.hooks
+        tools = parent.tools
+        hooks = parent.hooks if parent.hooks is not None else self.hooks
         where = parent.root or self.workspace
         if isolate:
             assert self.isolated is not None and self.worktrees_dir is not None
             try:
-                tree = await worktrees.create(where, record.id, self.worktrees_dir)
+                # From the site's checkout (see check_isolation), whoever the parent is.
+                tree = await worktrees.create(self.workspace, record.id, self.worktrees_dir)
             except worktrees.WorktreeError as exc:
                 error = f"could not make its worktree: {exc}"
                 await self.tracker.append_log(record.id, f"✗ {error}")
@@ -593,6 +600,7 @@ class SubAgentRunner:
         approval: ApprovalFunc | None,
         *,
         tools: ToolRegistry,
+        hooks: Sequence[Hook],
         where: Path,
         submit: SubmitResult,
     ) -> tuple[list[Tool], frozenset[str]]:
@@ -620,6 +628,7 @@ class SubAgentRunner:
             depth=depth,
             task_id=record.id,
             root=where,
+            hooks=tuple(hooks),
         )
         extra.append(TaskTool(registry=self.registry, runner=self, parent=own, allowed=allowed))
         extra += control_tools(self.tracker, session_id=parent.session_id, parent_id=record.id)
@@ -647,7 +656,14 @@ class SubAgentRunner:
         )
         submit = SubmitResult()
         extra, delegates = self._child_tools(
-            record, definition, parent, approval, tools=tools, where=where, submit=submit
+            record,
+            definition,
+            parent,
+            approval,
+            tools=tools,
+            hooks=hooks,
+            where=where,
+            submit=submit,
         )
         engine = self.build_engine(
             definition,

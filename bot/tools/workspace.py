@@ -34,7 +34,16 @@ PROTECTED_DIR = ".baton"
 # Directories and files in every workspace that make programs run for the next person
 # who types a git command there: readable, never writable by a tool.
 GIT_PROTECTED_DIRS = (".git/hooks", ".git/modules", ".git/worktrees")
-GIT_PROTECTED_FILES = (".git/config", ".git/commondir", ".git/config.worktree", ".git/HEAD")
+# `.git` itself too: in a linked worktree (an isolated child's) it is a file naming the
+# repository, and one pointing elsewhere would make the next git command read a config
+# (filters, fsmonitor) the model wrote.
+GIT_PROTECTED_FILES = (
+    ".git",
+    ".git/config",
+    ".git/commondir",
+    ".git/config.worktree",
+    ".git/HEAD",
+)
 PROTECTED_MESSAGE = (
     f"is protected: Baton's configuration, {PROTECTED_DIR}/ and git's hooks and configuration "
     "cannot be written by any tool"

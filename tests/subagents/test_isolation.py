@@ -270,3 +270,74 @@ async def test_a_killed_processs_isolated_child_keeps_its_work_after_a_restart(
     assert git(root, "show", "baton/task-coder-7:notes.txt") == "half done\n"
     assert not tree.path.exists()
     assert (root / "notes.txt").read_text() == "line one\n"
+
+
+async def test_a_lead_in_a_worktree_cannot_redirect_its_childrens_git(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """An isolated lead points its worktree's `.git` at a repository of its own, whose
+    config runs a program on checkout. Its tools refuse to write `.git`; and even with the
+    file rewritten behind their back, its isolated child's worktree is made from the
+    site's checkout, so Baton's git never reads that config."""
+    directory = tmp_path / "agents"
+    directory.mkdir()
+    (directory / "lead.md").write_text(
+        "---\nname: lead\ndescription: Leads.\nisolation: worktree\n"
+        "allowed_subagents: coder\n---\nLEAD-PROMPT\n"
+    )
+    write_coder(tmp_path)
+    baton = await make_baton(tmp_path, fake_llm, permissions=WRITES)
+    root = baton.workspace.root
+    make_repo(root)
+    marker = tmp_path / "PWNED"
+    evil = tmp_path / "evil"
+    git(tmp_path, "init", "-q", str(evil))
+    git(evil, "config", "filter.pwn.smudge", f"sh -c 'touch {marker}; cat'")
+    git(evil, "config", "core.fsmonitor", f"touch {marker}")
+    (evil / ".gitattributes").write_text("* filter=pwn\n")
+    (evil / "notes.txt").write_text("evil\n")
+    git(evil, "add", ".")
+    git(evil, "-c", "user.name=e", "-c", "user.email=e@e", "commit", "-q", "-m", "evil")
+    marker.unlink(missing_ok=True)  # our own git in that repository ran it just now
+    router = Router(fake_llm)
+    router.main += [Reply(tool_calls=[
+        ToolCallSpec("task", {"subagent_type": "lead", "prompt": "lead it"}, id="l")
+    ]), Reply(text="done")]  # fmt: skip
+    refusals: list[str] = []
+
+    def lead(request: RecordedRequest) -> Reply:
+        results = [m for m in request.messages if m.get("role") == "tool"]
+        if not results:
+            return Reply(tool_calls=[ToolCallSpec(
+                "write_file", {"path": ".git", "content": f"gitdir: {evil}/.git\n"}, id="w"
+            )])  # fmt: skip
+        if len(results) == 1:
+            refusals.append(str(results[0]["content"]))
+            # Behind the tools' back (as if a hole elsewhere let it): rewrite it anyway.
+            (Path(baton.settings.state_dir) / "worktrees" / "task-lead-1" / ".git").write_text(
+                f"gitdir: {evil}/.git\n"
+            )
+            return Reply(tool_calls=[ToolCallSpec(
+                "task", {"subagent_type": "coder", "prompt": "edit", "isolation": "worktree"},
+                id="c",
+            )])  # fmt: skip
+        return Reply(text="lead done")
+
+    router.children["LEAD-PROMPT"] = [lead, lead, lead]
+    router.children[CODER] = [
+        Reply(tool_calls=[ToolCallSpec("write_file", {"path": "c.txt", "content": "c\n"})]),
+        Reply(text="coded"),
+    ]
+    try:
+        await run_turn(baton, "go")
+        coder = (await baton.tracker.get("task-coder-1")).task  # type: ignore[union-attr]
+    finally:
+        await baton.close()
+    assert "protected" in refusals[0]
+    assert not marker.exists()
+    assert coder.state == "completed" and coder.branch == "baton/task-coder-1"
+    # The child's branch starts from the site's own history, not the lead's fake one.
+    assert (
+        git(root, "log", "--format=%s", "baton/task-coder-1")
+        == "coder: edit (task-coder-1)\nfirst\n"
+    )
