@@ -25,6 +25,7 @@ from bot.slack.text import (
     VIEW_BLOCKS_LIMIT,
     AnswerFile,
     AnswerMessage,
+    defuse_pings,
     escape_mrkdwn,
     fit_text,
     format_age,
@@ -369,7 +370,9 @@ def _counts(running: int, done: int) -> str:
 
 def _outcome_markdown(task: TaskRecord) -> str:
     """What a task produced, as Markdown: its result, and why it stopped if it failed."""
-    result = (task.result or "").strip()
+    # What the child wrote pings nobody (`<!channel>`, `<@U…>` are defused); Baton's own
+    # words (who cancelled it) keep their mentions.
+    result = defuse_pings((task.result or "").strip())
     if task.state == "completed":
         handoff = Handoff.from_json(task.handoff) if task.handoff else None
         if handoff is None:
@@ -378,7 +381,8 @@ def _outcome_markdown(task: TaskRecord) -> str:
         parts = [f"**Status:** {handoff.status}", result or "_(no result text)_"]
         if handoff.limitations:
             parts.append(
-                "**Limitations:**\n" + "\n".join(f"- {item}" for item in handoff.limitations)
+                "**Limitations:**\n"
+                + "\n".join(f"- {defuse_pings(item)}" for item in handoff.limitations)
             )
         return "\n\n".join(parts)
     if task.state == "running":

@@ -588,3 +588,17 @@ def test_a_finished_post_says_the_handoffs_status_and_limitations() -> None:
     for stored in (None, "not json"):
         plain = task_finished_message(make_task(state="completed", result="R", handoff=stored))
         assert plain.blocks[1]["text"] == "R"
+
+
+def test_a_finished_post_pings_nobody_whatever_the_child_wrote() -> None:
+    handoff = Handoff(
+        status="uncertain",
+        answer="Done <!channel> and <@U0BOSS>",
+        limitations=("ask <!here> about it",),
+    )
+    task = make_task(state="completed", result=handoff.answer, handoff=handoff.to_json())
+    post = task_finished_message(task)
+    shown = post.blocks[1]["text"] + post.text
+    for ping in ("<!channel>", "<@U0BOSS>", "<!here>"):
+        assert ping not in shown
+    assert "channel>" in shown and "here>" in shown  # still readable
