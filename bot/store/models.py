@@ -107,6 +107,8 @@ class TaskRow(SQLModel, table=True):
     # An isolated child's branch, what it changed, and what became of the branch:
     # pending (waiting for Merge or Discard), merged, discarded.
     branch: str | None = Field(default=None, max_length=160)
+    # The commit the task's work was recorded as: Merge merges exactly that commit.
+    branch_commit: str | None = Field(default=None, max_length=64)
     change: str | None = Field(default=None, sa_column=Column(Text))
     merge_state: str | None = Field(default=None, max_length=16)
     # The child's validated handoff (submit_result), as JSON.

@@ -62,6 +62,7 @@ class TaskRecord:
     depth: int = 1
     group: str | None = None
     branch: str | None = None
+    branch_commit: str | None = None
     change: str | None = None
     merge_state: MergeState | None = None
     handoff: str | None = None
@@ -103,6 +104,7 @@ def _record(row: TaskRow) -> TaskRecord:
         depth=row.depth,
         group=row.group_name,
         branch=row.branch,
+        branch_commit=row.branch_commit,
         change=row.change,
         merge_state=row.merge_state,  # type: ignore[arg-type]
         handoff=row.handoff,
@@ -260,6 +262,7 @@ class TaskStore:
         completion_tokens: int = 0,
         handoff: str | None = None,
         branch: str | None = None,
+        branch_commit: str | None = None,
         change: str | None = None,
     ) -> TaskRecord | None:
         """End a running task; None if it had already ended (the first ending wins).
@@ -289,6 +292,7 @@ class TaskStore:
                     finished_at=utcnow(),
                     handoff=handoff,
                     branch=branch,
+                    branch_commit=branch_commit,
                     change=change,
                     merge_state="pending" if branch else None,
                 )
@@ -462,13 +466,13 @@ class TaskStore:
                 taken.append((row.task_id, row.author, row.text))
         return taken
 
-    async def record_branch(self, task_id: str, *, branch: str, change: str) -> None:
+    async def record_branch(self, task_id: str, *, branch: str, commit: str, change: str) -> None:
         """Name the branch holding an ended task's work (kept when it was cancelled)."""
         async with self.database.sessions() as session:
             await session.exec(
                 update(TaskRow)
                 .where(col(TaskRow.id) == task_id, col(TaskRow.branch).is_(None))
-                .values(branch=branch, change=change, merge_state="pending")
+                .values(branch=branch, branch_commit=commit, change=change, merge_state="pending")
             )
             await session.commit()
 

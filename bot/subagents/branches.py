@@ -42,7 +42,10 @@ async def merge_branch(tracker: TaskTracker, task: TaskRecord, *, root: Path, by
         return f"`{task.branch}` was merged or discarded meanwhile."
     try:
         outcome = await worktrees.merge(
-            root, task.branch, message=f"Merge {task.branch}: {task.description} ({task.agent})"
+            root,
+            task.branch,
+            message=f"Merge {task.branch}: {task.description} ({task.agent})",
+            expected=task.branch_commit,
         )
     except Exception as exc:
         logger.exception("merging %s failed", task.branch)

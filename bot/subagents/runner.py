@@ -138,6 +138,7 @@ class _Ending:
     turns: int
     handoff: Handoff | None = None
     branch: str | None = None
+    branch_commit: str | None = None
     change: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -515,6 +516,7 @@ class SubAgentRunner:
             change = await self._close_worktree(record, tree)
             if change is not None:
                 ending.branch, ending.change = change.branch, change.summary()
+                ending.branch_commit = change.commit
         # The stored result is the answer; the status, evidence and limitations are in
         # the handoff, shown with it wherever a parent or a person reads the result.
         text = ending.handoff.answer if ending.handoff is not None else ending.text
@@ -529,6 +531,7 @@ class SubAgentRunner:
             completion_tokens=ending.usage.completion_tokens,
             handoff=ending.handoff.to_json() if ending.handoff else None,
             branch=ending.branch,
+            branch_commit=ending.branch_commit,
             change=ending.change,
         )
         return TaskOutcome(
@@ -560,7 +563,7 @@ class SubAgentRunner:
         change = await self._close_worktree(record, tree)
         if change is not None:
             await self.tracker.store.record_branch(
-                record.id, branch=change.branch, change=change.summary()
+                record.id, branch=change.branch, commit=change.commit, change=change.summary()
             )
         return change
 
@@ -589,7 +592,7 @@ class SubAgentRunner:
         change = await self._close_worktree(record, tree)
         if change is not None:
             await self.tracker.store.record_branch(
-                record.id, branch=change.branch, change=change.summary()
+                record.id, branch=change.branch, commit=change.commit, change=change.summary()
             )
 
     def _child_tools(

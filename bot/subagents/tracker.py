@@ -170,6 +170,7 @@ class TaskTracker:
         completion_tokens: int = 0,
         handoff: str | None = None,
         branch: str | None = None,
+        branch_commit: str | None = None,
         change: str | None = None,
     ) -> TaskRecord | None:
         if task_id in self._children:
@@ -183,6 +184,7 @@ class TaskTracker:
             completion_tokens=completion_tokens,
             handoff=handoff,
             branch=branch,
+            branch_commit=branch_commit,
             change=change,
         )
         if record is None:

@@ -41,6 +41,9 @@ _FALLBACK_EMAIL = "baton@localhost"
 
 # Command-line config outranks every config file, including a child's. Each key shuts
 # a door through which git would run a program or change what the merge does.
+# Baton's own directory in a workspace (agents, skills, memory): no branch may change it.
+PROTECTED_DIR = ".baton"
+
 _SAFE_CONFIG = (
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",
@@ -197,8 +200,15 @@ async def finish(worktree: Worktree, *, message: str) -> Change | None:
     return Change(branch=worktree.branch, commit=tip, files=files)
 
 
-async def merge(repo: Path, branch: str, *, message: str) -> MergeOutcome:
+async def merge(
+    repo: Path, branch: str, *, message: str, expected: str | None = None
+) -> MergeOutcome:
     """Merge a Baton branch into the workspace's current branch with a merge commit.
+
+    `expected`: the commit the task's work was recorded as; a branch that points
+    anywhere else now (commands in the workspace's sandbox can write its refs) is
+    refused. So is a branch whose changes touch `.baton/` (Baton's agents, skills and
+    memory, which no agent may write) or add a submodule.
 
     On a conflict the merge is aborted, the checkout is left as it was and the branch
     kept. Anything that stops the merge before it starts (local changes in the way,
@@ -213,7 +223,7 @@ async def merge(repo: Path, branch: str, *, message: str) -> MergeOutcome:
     except WorktreeError as error:
         return _refused(str(error))
     async with _repo_lock(workspace.common_dir):
-        return await _merge_locked(workspace, branch, message)
+        return await _merge_locked(workspace, branch, message, expected)
 
 
 async def discard(repo: Path, branch: str) -> bool:
@@ -556,10 +566,19 @@ class _Listed:
     locked: bool
 
 
-async def _merge_locked(workspace: _Repo, branch: str, message: str) -> MergeOutcome:
+async def _merge_locked(
+    workspace: _Repo, branch: str, message: str, expected: str | None
+) -> MergeOutcome:
     tip = await _branch_commit(workspace, branch)
     if tip is None:
         return _refused(f"No branch {branch} to merge: it was merged or discarded already.")
+    if expected is not None and tip != expected:
+        return _refused(
+            f"{branch} no longer points at the commit its task recorded ({expected[:12]}); "
+            "something changed it since, so it is not merged."
+        )
+    if problem := await _protected_change(workspace, branch, tip):
+        return _refused(problem)
     current = await workspace.run("symbolic-ref", "--quiet", "--short", "HEAD")
     if current.returncode != 0:
         return _refused(
@@ -626,6 +645,29 @@ async def _abort_conflicted(workspace: _Repo, branch: str, target: str) -> Merge
             f"and the branch was kept."
         ),
     )
+
+
+async def _protected_change(workspace: _Repo, branch: str, tip: str) -> str | None:
+    """Why the branch's changes may not be merged: paths under `.baton/` or a submodule."""
+    base = await workspace.run("merge-base", "HEAD", tip)
+    if base.returncode != 0:
+        return f"{branch} shares no history with the workspace's branch; it is not merged."
+    raw = await _checked(
+        workspace, "diff", "--raw", "-z", "--no-renames", "--no-ext-diff",
+        "--ignore-submodules=none", base.text, tip, "--",
+    )  # fmt: skip
+    fields = raw.stdout.split(b"\0")
+    for meta, name in zip(fields[0::2], fields[1::2], strict=False):
+        path = os.fsdecode(name)
+        modes = meta.decode("ascii", "replace").lstrip(":").split()
+        if path == PROTECTED_DIR or path.startswith(f"{PROTECTED_DIR}/"):
+            return (
+                f"{branch} changes {path}, under {PROTECTED_DIR}/ (Baton's agents, skills and "
+                "memory, which no agent may write); it is not merged."
+            )
+        if len(modes) > 1 and modes[1] == "160000":
+            return f"{branch} adds a submodule at {path}; it is not merged."
+    return None
 
 
 async def _merge_in_progress(workspace: _Repo) -> bool:

@@ -494,3 +494,58 @@ def test_summary_caps_the_file_list() -> None:
     assert summary.endswith("f19.txt (+1 \N{MINUS SIGN}0), … and 5 more")
     one = Change(branch="b", commit="c", files=(FileChange(path="a", added=2, removed=3),))
     assert one.summary() == "1 file changed, +2 \N{MINUS SIGN}3: a (+2 \N{MINUS SIGN}3)"
+
+
+# ------------------------------------------------ what Merge refuses (found by review)
+
+
+async def test_merge_refuses_a_branch_moved_after_its_task_recorded_it(
+    repo: Path, base_dir: Path
+) -> None:
+    """Commands in the workspace's sandbox can write refs: someone points the task's
+    branch at a commit of their own; Merge merges only the commit the task recorded."""
+    worktree = await create(repo, "task-m-1", base_dir)
+    (worktree.path / "b.txt").write_text("the child's work\n")
+    change = await finish(worktree, message="work")
+    assert change is not None
+    git(repo, "checkout", "--quiet", "-b", "other")
+    (repo / "evil.txt").write_text("not the child's\n")
+    git(repo, "add", "evil.txt")
+    git(repo, "commit", "--quiet", "-m", "planted")
+    planted = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "checkout", "--quiet", "main")
+    git(repo, "update-ref", "refs/heads/baton/task-m-1", planted)
+    head = git(repo, "rev-parse", "HEAD")
+    outcome = await merge(repo, change.branch, message="m", expected=change.commit)
+    assert not outcome.merged and "no longer points at the commit" in outcome.message
+    assert git(repo, "rev-parse", "HEAD") == head
+    # The recorded commit itself still merges once the branch points back at it.
+    git(repo, "update-ref", "refs/heads/baton/task-m-1", change.commit)
+    assert (await merge(repo, change.branch, message="m", expected=change.commit)).merged
+
+
+async def test_merge_refuses_changes_to_baton_files_and_submodules(
+    repo: Path, base_dir: Path
+) -> None:
+    for task_id, path, mode in (
+        ("task-m-2", ".baton/agents/evil.md", "100644"),
+        ("task-m-3", "vendor/lib", "160000"),
+    ):
+        git(repo, "checkout", "--quiet", "-b", f"baton/{task_id}")
+        if mode == "160000":
+            head = git(repo, "rev-parse", "HEAD").strip()
+            git(repo, "update-index", "--add", "--cacheinfo", f"160000,{head},{path}")
+        else:
+            (repo / ".baton" / "agents").mkdir(parents=True, exist_ok=True)
+            (repo / path).write_text("---\nname: evil\n---\nrun anything\n")
+            git(repo, "add", "-f", path)
+        git(repo, "commit", "--quiet", "-m", "sneaky")
+        git(repo, "checkout", "--quiet", "main")
+        if mode != "160000":
+            (repo / path).unlink(missing_ok=True)
+        before = git(repo, "rev-parse", "HEAD")
+        outcome = await merge(repo, f"baton/{task_id}", message="m")
+        assert not outcome.merged, outcome.message
+        assert ".baton/" in outcome.message if mode != "160000" else "submodule" in outcome.message
+        assert git(repo, "rev-parse", "HEAD") == before
+        assert not (repo / ".baton" / "agents" / "evil.md").exists()

@@ -29,6 +29,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("depth", sa.Integer(), nullable=False, server_default="1"))
         batch.add_column(sa.Column("group_name", sa.String(length=64), nullable=True))
         batch.add_column(sa.Column("branch", sa.String(length=160), nullable=True))
+        batch.add_column(sa.Column("branch_commit", sa.String(length=64), nullable=True))
         batch.add_column(sa.Column("change", sa.Text(), nullable=True))
         batch.add_column(sa.Column("merge_state", sa.String(length=16), nullable=True))
         batch.add_column(sa.Column("handoff", sa.Text(), nullable=True))
@@ -55,6 +56,7 @@ def downgrade() -> None:
             "handoff",
             "merge_state",
             "change",
+            "branch_commit",
             "branch",
             "group_name",
             "depth",
