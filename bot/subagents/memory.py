@@ -38,6 +38,9 @@ MEMORY_LINES = 200
 MAX_NOTE_CHARS = 2_000
 # Only the tail of the file is read: a file grown huge (or planted) cannot fill the prompt.
 MAX_READ_BYTES = 256 * 1024
+# A memory file grows no further than this: a run (or one talked into it) cannot fill the
+# disk with notes; only the last MEMORY_LINES are ever read anyway.
+MAX_MEMORY_BYTES = 1024 * 1024
 
 BATON_DIR = ".baton"
 MEMORY_DIR = "memory"
@@ -291,6 +294,10 @@ def _locked_append(fd: int, data: bytes) -> None:
     # as other processes'; O_APPEND puts every write at the current end.
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
+        if os.fstat(fd).st_size + len(data) > MAX_MEMORY_BYTES:
+            raise _Refused(
+                f"it is full ({MAX_MEMORY_BYTES // 1024:,} KiB); a person can prune it"
+            )
         view = memoryview(data)
         while view:
             written = os.write(fd, view)

@@ -280,3 +280,16 @@ def test_remember_is_a_read_only_control_tool(workspace: Path) -> None:
     assert schema["parameters"]["required"] == ["note"]
     with pytest.raises(ToolArgumentsError):
         Remember(workspace, AGENT).parse_arguments('{"note": "x", "path": "/etc/passwd"}')
+
+
+async def test_a_full_memory_refuses_more_notes_and_keeps_what_it_has(tmp_path: Path) -> None:
+    from bot.subagents import memory
+
+    path = memory_path(tmp_path, "scribe")
+    path.parent.mkdir(parents=True)
+    path.write_text("- old note\n" * (memory.MAX_MEMORY_BYTES // 11))
+    size = path.stat().st_size
+    tool = Remember(tmp_path, "scribe")
+    with pytest.raises(ToolError, match="full"):
+        await tool.run(tool.parse_arguments('{"note": "' + "x" * 1_500 + '"}'))
+    assert path.stat().st_size == size
