@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from sqlalchemy import func, update
@@ -36,6 +36,8 @@ FINISHED_STATES: tuple[TaskState, ...] = ("completed", "failed", "cancelled")
 # replicas counting and recording are one step. "task" in ASCII; the two-key lock space
 # is apart from the one-key locks of bot/store/database.py and bot/store/runs.py.
 BACKGROUND_LOCK = 0x7461736B
+# How long a finished member of a background group waits for the rest of its group.
+GROUP_WAIT = timedelta(minutes=30)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -402,7 +404,7 @@ class TaskStore:
             )
             rows = (
                 await session.exec(
-                    select(TaskRow.id, TaskRow.parent_id, TaskRow.group_name)
+                    select(TaskRow.id, TaskRow.parent_id, TaskRow.group_name, TaskRow.finished_at)
                     .where(
                         TaskRow.session_id == session_id,
                         TaskRow.background == True,  # noqa: E712
@@ -413,10 +415,15 @@ class TaskStore:
                 )
             ).all()
         # A group is one parent's: a lead's group and the main agent's of one name differ.
+        # A member that has waited GROUP_WAIT for the rest goes without them, so a group
+        # kept busy (a task started under its name again and again) holds nothing forever.
+        overdue = utcnow() - GROUP_WAIT
         candidates = [
             task_id
-            for task_id, parent_id, group in rows
-            if group is None or (parent_id, group) not in busy_groups
+            for task_id, parent_id, group, finished_at in rows
+            if group is None
+            or (parent_id, group) not in busy_groups
+            or (finished_at is not None and as_utc(finished_at) < overdue)
         ]
         claimed: list[TaskRecord] = []
         for task_id in candidates:

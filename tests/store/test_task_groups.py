@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from bot.store import Database, SessionKey, SessionStore
+from bot.store.models import utcnow
 from bot.store.tasks import TaskStore
 
 THREAD = SessionKey.slack_thread(team_id="T1", channel_id="C1", thread_ts="1.1")
@@ -81,3 +83,26 @@ async def test_a_branch_moves_through_its_states_once(store: tuple[TaskStore, in
     assert await tasks.move_merge_state(task, old="pending", new="discarded") is None
     merged = await tasks.move_merge_state(task, old="merging", new="merged")
     assert merged is not None and merged.merge_state == "merged"
+
+
+async def test_a_group_kept_busy_releases_a_member_that_waited_too_long(
+    store: tuple[TaskStore, int],
+) -> None:
+    from sqlalchemy import update
+
+    from bot.store.models import TaskRow
+    from bot.store.tasks import GROUP_WAIT
+
+    tasks, session = store
+    early = await start(tasks, session, "a", group="g")
+    await start(tasks, session, "a", group="g")  # keeps running (restarted again and again)
+    await tasks.finish(early, state="completed", result="one", error=None)
+    assert await tasks.drain_finished(session) == []
+    async with tasks.database.sessions() as db:
+        await db.exec(
+            update(TaskRow)
+            .where(TaskRow.id == early)  # type: ignore[arg-type]
+            .values(finished_at=utcnow() - GROUP_WAIT - timedelta(seconds=1))
+        )
+        await db.commit()
+    assert [t.id for t in await tasks.drain_finished(session)] == [early]
