@@ -63,3 +63,14 @@ class TaskLimitReached(BatonError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"at most {limit} background tasks may run at once in a session")
         self.limit = limit
+
+
+class SteeringFull(BatonError):
+    """A running task already has as many steering messages waiting as it may."""
+
+    def __init__(self, task_id: str, limit: int) -> None:
+        super().__init__(
+            f"{task_id} already has {limit} messages waiting for its next step; send more "
+            "once it has read them"
+        )
+        self.limit = limit

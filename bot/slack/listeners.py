@@ -16,6 +16,7 @@ from bot.access.budgets import describe_usage
 from bot.access.deciders import Deciders
 from bot.access.refusal import Refusal
 from bot.app import Baton
+from bot.errors import SteeringFull
 from bot.slack.approval_views import APPROVE, DENY, SHOW_ARGUMENTS, recent_decisions_blocks
 from bot.slack.approvals import SlackApprovals, approval_value
 from bot.slack.blocks import (
@@ -414,13 +415,18 @@ class Listeners:
             )
             return
         record = None
+        full: SteeringFull | None = None
         if detail.task.state == "running":
-            record = await self.baton.tracker.steer(task_id, text, author=f"<@{user}>")
-        reply = (
-            f"✉ Sent to `{task_id}`: it reaches the agent before its next model call."
-            if record
-            else f"`{task_id}` finished meanwhile: the message was not sent."
-        )
+            try:
+                record = await self.baton.tracker.steer(task_id, text, author=f"<@{user}>")
+            except SteeringFull as exc:
+                full = exc
+        if full is not None:
+            reply = f"Not sent: {full}."
+        elif record:
+            reply = f"✉ Sent to `{task_id}`: it reaches the agent before its next model call."
+        else:
+            reply = f"`{task_id}` finished meanwhile: the message was not sent."
         try:
             await self._ephemeral(channel, user, reply)
         except SlackApiError as exc:

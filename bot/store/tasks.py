@@ -444,6 +444,19 @@ class TaskStore:
             session.add(TaskMessageRow(task_id=task_id, author=author, text=text))
             await session.commit()
 
+    async def waiting_messages(self, task_id: str) -> int:
+        """How many steering messages wait for the task's next step."""
+        async with self.database.sessions() as session:
+            query = (
+                select(func.count())
+                .select_from(TaskMessageRow)
+                .where(
+                    TaskMessageRow.task_id == task_id,
+                    TaskMessageRow.taken == False,  # noqa: E712
+                )
+            )
+            return int((await session.exec(query)).one())
+
     async def take_messages(self, task_ids: Sequence[str]) -> list[tuple[str, str, str]]:
         """Claim the waiting steering messages of `task_ids`, oldest first, each once:
         (task id, author, text)."""

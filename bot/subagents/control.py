@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from bot.errors import ToolError
+from bot.errors import SteeringFull, ToolError
 from bot.store.tasks import TaskRecord
 from bot.subagents.handoff import Handoff
 from bot.subagents.tracker import TaskTracker
@@ -64,7 +64,10 @@ class SteerTask(_ChildTool):
             raise ToolError("the message is empty")
         if task.state != "running":
             raise ToolError(f"{task.id} is no longer running ({task.state}); it cannot be steered")
-        sent = await self.tracker.steer(task.id, message, author="the agent that started you")
+        try:
+            sent = await self.tracker.steer(task.id, message, author="the agent that started you")
+        except SteeringFull as exc:
+            raise ToolError(str(exc)) from exc
         if sent is None:
             raise ToolError(f"{task.id} finished before the message could reach it")
         return f"Sent to {task.id}; it reads it before its next model call."

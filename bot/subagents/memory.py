@@ -295,9 +295,7 @@ def _locked_append(fd: int, data: bytes) -> None:
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         if os.fstat(fd).st_size + len(data) > MAX_MEMORY_BYTES:
-            raise _Refused(
-                f"it is full ({MAX_MEMORY_BYTES // 1024:,} KiB); a person can prune it"
-            )
+            raise _Refused(f"it is full ({MAX_MEMORY_BYTES // 1024:,} KiB); a person can prune it")
         view = memoryview(data)
         while view:
             written = os.write(fd, view)

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from bot.engine.messages import ChatMessage
-from bot.errors import TaskLimitReached
+from bot.errors import SteeringFull, TaskLimitReached
 from bot.store.instances import Instances
 from bot.store.signals import TASK, Signals, Subscription
 from bot.store.tasks import TaskDetail, TaskRecord, TaskState, TaskStore
@@ -23,6 +23,8 @@ RESTART_REASON = "interrupted by a restart; start it again"
 # How often running children check that nobody cancelled them from another process
 # (a "task" signal makes them check at once; the sweep is the fallback).
 CANCEL_SWEEP_S = 2.0
+# Steering messages that may wait for one task's next step at once.
+MAX_WAITING_STEERS = 10
 
 FinishCallback = Callable[[TaskRecord], Awaitable[None]]
 
@@ -262,10 +264,16 @@ class TaskTracker:
 
         Kept in the database first, so the replica running the child takes it (woken by
         a "task" signal, else by its sweep). None when the task is not running.
+
+        Raises:
+            SteeringFull: MAX_WAITING_STEERS messages wait for it already (a flood of
+                clicks or calls cannot grow its context and the database without end).
         """
         record = await self.store.get(task_id)
         if record is None or record.state != "running":
             return None
+        if await self.store.waiting_messages(task_id) >= MAX_WAITING_STEERS:
+            raise SteeringFull(task_id, MAX_WAITING_STEERS)
         await self.store.add_message(task_id, author=author, text=text)
         await self.append_log(task_id, f"✉ {author}: {_one_line(text)}")
         if task_id in self._children:

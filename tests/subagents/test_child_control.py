@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
+from bot.errors import SteeringFull
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
 from tests.subagents.harness import (
     OTHER_THREAD,
+    THREAD,
     Router,
     make_baton,
     run_turn,
@@ -298,3 +302,25 @@ async def test_a_lead_steers_and_checks_its_own_background_helper(
         helpers[0].messages
     )
     assert helper.state == "completed" and helper.parent_id == "task-lead-1"
+
+
+async def test_a_steering_flood_is_refused_once_enough_messages_wait(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """A model (or a person clicking) cannot pile messages on a child without end."""
+    from bot.subagents.tracker import MAX_WAITING_STEERS
+
+    baton = await make_baton(tmp_path, fake_llm)
+    session = await baton.conversations.store.get_or_create(THREAD)
+    try:
+        record = await baton.tracker.start(
+            session_id=session.id, channel_id="C1", agent="explore", description="d",
+            prompt="p", background=True, started_by="U1",
+        )  # fmt: skip
+        for n in range(MAX_WAITING_STEERS):
+            assert await baton.tracker.steer(record.id, f"m{n}", author="<@U1>") is not None
+        with pytest.raises(SteeringFull):
+            await baton.tracker.steer(record.id, "one more", author="<@U1>")
+        assert await baton.tracker.store.waiting_messages(record.id) == MAX_WAITING_STEERS
+    finally:
+        await baton.close()
