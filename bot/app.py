@@ -81,6 +81,17 @@ class Baton:
                 logger.exception("could not keep the worktree of task %s", record.id)
         return failed
 
+    async def recover_worktrees(self) -> None:
+        """At start-up: keep the work of isolated children this process left behind."""
+        for site in self.sites:
+            try:
+                kept = await site.runner.recover_leftover_worktrees()
+            except Exception:
+                logger.exception("could not look for worktrees left in %s", site.root)
+                continue
+            for task_id in kept:
+                logger.warning("kept the work of %s, left by a stop, on its branch", task_id)
+
     async def merge_task(self, task_id: str, *, by: str) -> str:
         """Merge an isolated task's branch into its site's checkout; what happened."""
         task = await self.tracker.store.get(task_id)

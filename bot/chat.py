@@ -108,6 +108,7 @@ class TerminalChat:
         self.baton.tracker.on_finish(self.notify_finished)
         self.baton.start_heartbeat()
         await self.baton.recover_tasks()
+        await self.baton.recover_worktrees()
         history = await self.site.conversations.history(self.key)
         resumed = f", {len(history)} earlier messages" if history else ""
         self.line(

@@ -246,6 +246,7 @@ class SlackSurface:
         self.baton.instances.on_lost(self.threads.on_lost)
         self.baton.start_heartbeat()
         await self.tidy()
+        await self.baton.recover_worktrees()
         self._maintenance = asyncio.create_task(self._maintain(), name="maintenance")
 
     async def tidy(self, *, prune: bool = True) -> None:

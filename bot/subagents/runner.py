@@ -567,6 +567,25 @@ class SubAgentRunner:
             )
         return change
 
+    async def recover_leftover_worktrees(self) -> list[str]:
+        """At start-up: commit the work left in this state directory's worktrees by
+        children that no longer run (this process was killed; another replica may have
+        failed their tasks meanwhile). Returns the ids of the tasks whose work was kept."""
+        if self.worktrees_dir is None:
+            return []
+        directory = self.worktrees_dir
+        names = await asyncio.to_thread(
+            lambda: sorted(p.name for p in directory.glob("task-*")) if directory.is_dir() else []
+        )
+        kept = []
+        for name in names:
+            record = await self.tracker.store.get(name)
+            if record is None or record.state == "running":
+                continue  # not a task of this database, or still running somewhere
+            if await self.recover_worktree(record) is not None:
+                kept.append(name)
+        return kept
+
     async def _close_worktree(
         self, record: TaskRecord, tree: worktrees.Worktree
     ) -> worktrees.Change | None:

@@ -341,3 +341,42 @@ async def test_a_lead_in_a_worktree_cannot_redirect_its_childrens_git(
         git(root, "log", "--format=%s", "baton/task-coder-1")
         == "coder: edit (task-coder-1)\nfirst\n"
     )
+
+
+async def test_worktrees_left_by_a_killed_replica_are_kept_when_it_starts_again(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """Another replica failed the task already (its owner's heartbeat stopped); the
+    worktree is only in the killed replica's state directory: its next start keeps it."""
+    from bot.subagents import worktree
+
+    baton = await make_baton(tmp_path, fake_llm, permissions=WRITES)
+    root = baton.workspace.root
+    make_repo(root)
+    session = await baton.conversations.store.get_or_create(THREAD)
+    try:
+        running = await baton.tracker.store.create(
+            task_id="task-coder-8", session_id=session.id, channel_id="C1", agent="coder",
+            description="still running elsewhere", prompt="p", background=True,
+            started_by="U1", owner=baton.instances.id,
+        )  # fmt: skip
+        failed = await baton.tracker.store.create(
+            task_id="task-coder-9", session_id=session.id, channel_id="C1", agent="coder",
+            description="edit", prompt="p", background=True, started_by="U1",
+            owner=baton.instances.id,
+        )  # fmt: skip
+        base = baton.settings.state_dir / "worktrees"
+        kept_tree = await worktree.create(root, running.id, base)
+        tree = await worktree.create(root, failed.id, base)
+        (tree.path / "notes.txt").write_text("left behind\n")
+        await baton.tracker.store.finish(
+            failed.id, state="failed", result=None, error="interrupted by a restart"
+        )
+        await baton.recover_worktrees()
+        task = (await baton.tracker.get(failed.id)).task  # type: ignore[union-attr]
+    finally:
+        await baton.close()
+    assert task.branch == "baton/task-coder-9" and task.merge_state == "pending"
+    assert git(root, "show", "baton/task-coder-9:notes.txt") == "left behind\n"
+    assert not tree.path.exists()
+    assert kept_tree.path.exists()  # a running task's worktree is left alone
