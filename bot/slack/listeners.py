@@ -44,7 +44,7 @@ from bot.slack.blocks import (
 )
 from bot.slack.threads import SlackThreads
 from bot.store.feedback import FeedbackStore
-from bot.store.tasks import TaskRecord
+from bot.store.tasks import TaskDetail, TaskRecord
 
 logger = logging.getLogger(__name__)
 
@@ -336,17 +336,10 @@ class Listeners:
         self.threads.spawn(self.cancel_task(body), "cancel_task")
 
     async def cancel_task(self, body: dict[str, Any]) -> None:
-        user = body["user"]["id"]
-        task_id = body["actions"][0]["value"]
-        channel = _channel_of(body)
-        detail = await self.baton.tracker.get(task_id)
-        if detail is None or channel is None or detail.task.channel_id != channel:
+        detail = await self._task_clicked(body, doing="cancel it")
+        if detail is None:
             return
-        if not await self._may_cancel(body, user, detail.task.started_by):
-            await self._ephemeral(
-                channel, user, "Only the person who started this task or an approver can cancel it."
-            )
-            return
+        user, channel, task_id = body["user"]["id"], detail.task.channel_id or "", detail.task.id
         record = await self.baton.tracker.cancel(task_id, by=f"<@{user}>")
         text = f"⊘ Cancelled `{task_id}`." if record else f"`{task_id}` is no longer running."
         try:
@@ -362,17 +355,10 @@ class Listeners:
 
     async def open_steer(self, body: dict[str, Any]) -> None:
         """Open the Steer modal for a running task of the channel clicked in."""
-        user = body["user"]["id"]
-        task_id = body["actions"][0]["value"]
-        channel = _channel_of(body)
-        detail = await self.baton.tracker.get(task_id)
-        if detail is None or channel is None or detail.task.channel_id != channel:
+        detail = await self._task_clicked(body, doing="steer it")
+        if detail is None:
             return
-        if not await self._may_cancel(body, user, detail.task.started_by):
-            await self._ephemeral(
-                channel, user, "Only the person who started this task or an approver can steer it."
-            )
-            return
+        user, channel, task_id = body["user"]["id"], detail.task.channel_id or "", detail.task.id
         if detail.task.state != "running":
             await self._ephemeral(channel, user, f"`{task_id}` is no longer running.")
             return
@@ -467,6 +453,22 @@ class Listeners:
             await self._ephemeral(channel, user, reply)
         except SlackApiError as exc:
             logger.info("could not report the branch decision: %s", exc.response.get("error"))
+
+    async def _task_clicked(self, body: dict[str, Any], *, doing: str) -> TaskDetail | None:
+        """The task of a button clicked in the task's own channel, when the clicker may
+        do `doing` to it (its starter or an approver); they are told when they may not.
+        A button's value carried to another channel reaches no task, whoever clicks it."""
+        user = body["user"]["id"]
+        channel = _channel_of(body)
+        detail = await self.baton.tracker.get(body["actions"][0]["value"])
+        if detail is None or channel is None or detail.task.channel_id != channel:
+            return None
+        if not await self._may_cancel(body, user, detail.task.started_by):
+            await self._ephemeral(
+                channel, user, f"Only the person who started this task or an approver can {doing}."
+            )
+            return None
+        return detail
 
     async def _may_look(
         self,

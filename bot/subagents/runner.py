@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bot.engine import (
@@ -140,7 +140,6 @@ class _Ending:
     branch: str | None = None
     branch_commit: str | None = None
     change: str | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 async def deny_task_hook(invocation: ToolInvocation) -> HookDecision | None:

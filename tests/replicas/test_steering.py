@@ -4,40 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlencode
 
 from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec
 from tests.replicas.harness import cluster, is_main
 from tests.replicas.test_cancel import buttons
-from tests.slack.harness import ALICE, TEAM
-
-
-def steer_submission(view: dict[str, Any], text: str, *, user: str) -> str:
-    submitted = {
-        **view,
-        "id": "VSTEER",
-        "team_id": TEAM,
-        "state": {
-            "values": {
-                "baton_steer_input": {
-                    "baton_steer_text": {"type": "plain_text_input", "value": text}
-                }
-            }
-        },
-    }
-    payload = {
-        "type": "view_submission",
-        "team": {"id": TEAM, "domain": "baton-test"},
-        "user": {"id": user, "username": user.lower(), "team_id": TEAM},
-        "api_app_id": "ABATON",
-        "token": "legacy",
-        "trigger_id": f"{time.time()}.trigger",
-        "view": submitted,
-    }
-    return urlencode({"payload": json.dumps(payload)})
+from tests.slack.harness import ALICE
+from tests.slack.test_task_controls import steer_submission
 
 
 async def test_a_steer_submitted_to_b_reaches_the_child_running_on_a(tmp_path: Path) -> None:

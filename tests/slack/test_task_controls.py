@@ -89,8 +89,8 @@ async def open_steer_modal(harness: SlackHarness, task_id: str) -> dict[str, Any
     return harness.slack.calls_to("views.open")[-1].params["view"]
 
 
-async def submit(harness: SlackHarness, view: dict[str, Any], text: str, *, user: str) -> Any:
-    """Post a view_submission of the Steer modal `view` with `text` typed in, as Slack would."""
+def steer_submission(view: dict[str, Any], text: str, *, user: str) -> str:
+    """The form body Slack posts when `user` submits the Steer modal `view` with `text`."""
     submitted = {
         **view,
         "id": "VSTEER",
@@ -112,7 +112,12 @@ async def submit(harness: SlackHarness, view: dict[str, Any], text: str, *, user
         "trigger_id": f"{time.time()}.trigger",
         "view": submitted,
     }
-    body = urlencode({"payload": json.dumps(payload)})
+    return urlencode({"payload": json.dumps(payload)})
+
+
+async def submit(harness: SlackHarness, view: dict[str, Any], text: str, *, user: str) -> Any:
+    """Post a view_submission of the Steer modal `view` with `text` typed in, as Slack would."""
+    body = steer_submission(view, text, user=user)
     return await harness.post(body, content_type="application/x-www-form-urlencoded")
 
 
