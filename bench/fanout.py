@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.settings import bench_settings
 from bot.app import build_baton
-from bot.config import PermissionsConfig, SandboxConfig, Settings
 from bot.slack.rate_budget import CHANNEL_MESSAGES, CHANNEL_METHODS, RateBudget
 from bot.store import SessionKey
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
@@ -65,28 +65,7 @@ async def measure(children: int, latency: float) -> float:
         with tempfile.TemporaryDirectory() as directory:
             root = Path(directory)
             (root / "ws").mkdir()
-            settings = Settings(
-                slack_bot_token=None,
-                slack_signing_secret=None,
-                slack_app_token=None,
-                slack_api_url="http://127.0.0.1:9/api/",
-                port=3000,
-                openai_api_key="sk-bench",
-                openai_base_url=fake.url,
-                model="fake-model",
-                database_url=f"sqlite:///{root / 'bench.db'}",
-                database_origin="explicit",
-                state_dir=root / "state",
-                workspace=root / "ws",
-                config_path=None,
-                max_turns=50,
-                max_background_tasks=children,
-                approval_timeout_s=600,
-                approvers=(),
-                agent_dirs=(),
-                permissions=PermissionsConfig(),
-                sandbox=SandboxConfig(),
-            )
+            settings = bench_settings(root, fake.url, max_background_tasks=children)
             baton = await build_baton(settings)
             try:
                 key = SessionKey.terminal("bench")

@@ -16,8 +16,9 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.settings import bench_settings
 from bot.app import build_baton
-from bot.config import PermissionsConfig, SandboxConfig, Settings
+from bot.config import PermissionsConfig
 from bot.store import SessionKey
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
 
@@ -74,27 +75,12 @@ async def measure(children: int, latency: float) -> tuple[float, int]:
             (root / "agents").mkdir()
             (root / "agents" / "coder.md").write_text(CODER)
             _repo(root / "ws")
-            settings = Settings(
-                slack_bot_token=None,
-                slack_signing_secret=None,
-                slack_app_token=None,
-                slack_api_url="http://127.0.0.1:9/api/",
-                port=3000,
-                openai_api_key="sk-bench",
-                openai_base_url=fake.url,
-                model="fake-model",
-                database_url=f"sqlite:///{root / 'bench.db'}",
-                database_origin="explicit",
-                state_dir=root / "state",
-                workspace=root / "ws",
-                config_path=None,
-                max_turns=50,
+            settings = bench_settings(
+                root,
+                fake.url,
                 max_background_tasks=children,
-                approval_timeout_s=600,
-                approvers=(),
                 agent_dirs=(root / "agents",),
                 permissions=PermissionsConfig(allow=("write_file",)),
-                sandbox=SandboxConfig(),
             )
             baton = await build_baton(settings)
             try:

@@ -33,9 +33,10 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
+from bench.settings import bench_settings
 from bot.access.budgets import RunBudget
 from bot.app import Baton, build_baton
-from bot.config import PermissionsConfig, SandboxConfig, Settings
+from bot.config import Settings
 from bot.engine import ApprovalDecision, ApprovalRequest, Done
 from bot.sessions.main_agent import Turn
 from bot.store import SessionKey
@@ -47,28 +48,7 @@ PROMPT = "[Ann <@U1>] Read notes.txt a few times, then answer."
 
 
 def settings_for(root: Path, url: str) -> Settings:
-    return Settings(
-        slack_bot_token=None,
-        slack_signing_secret=None,
-        slack_app_token=None,
-        slack_api_url="http://127.0.0.1:9/api/",
-        port=3000,
-        openai_api_key="sk-bench",
-        openai_base_url=url,
-        model="fake-model",
-        database_url=f"sqlite:///{root / 'bench.db'}",
-        database_origin="explicit",
-        state_dir=root / "state",
-        workspace=root / "ws",
-        config_path=None,
-        max_turns=1000,
-        max_background_tasks=4,
-        approval_timeout_s=600,
-        approvers=(),
-        agent_dirs=(),
-        permissions=PermissionsConfig(),
-        sandbox=SandboxConfig(),
-    )
+    return bench_settings(root, url, max_turns=1000, max_background_tasks=4)
 
 
 def script(fake: FakeOpenAI, trips: int) -> None:
