@@ -1,7 +1,8 @@
 """Isolated fan-out: 16 background children, each in its own git worktree, editing the
 same file, whose model takes 2 s per answer.
 
-Run: `make bench` or `.venv/bin/python -m bench.isolated_fanout [--children N] [--latency S]`.
+Run: `make bench` or `.venv/bin/python -m bench.isolated_fanout [--children N] [--latency S]
+[--database-url postgresql://…]`.
 Prints the wall time from the start of the main agent's turn to the last child's
 result (worktree made, file edited, handoff submitted, work committed on its branch),
 against the ideal (one latency): the target is within 1.2x.
@@ -36,7 +37,9 @@ def _repo(workspace: Path) -> None:
     git("-c", "user.name=Bench", "-c", "user.email=bench@localhost", "commit", "-q", "-m", "base")
 
 
-async def measure(children: int, latency: float) -> tuple[float, int]:
+async def measure(
+    children: int, latency: float, database_url: str | None = None
+) -> tuple[float, int]:
     async with FakeOpenAI() as fake:
         main_calls = 0
 
@@ -81,6 +84,7 @@ async def measure(children: int, latency: float) -> tuple[float, int]:
                 max_background_tasks=children,
                 agent_dirs=(root / "agents",),
                 permissions=PermissionsConfig(allow=("write_file",)),
+                **({"database_url": database_url} if database_url else {}),
             )
             baton = await build_baton(settings)
             try:
@@ -121,8 +125,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--children", type=int, default=16)
     parser.add_argument("--latency", type=float, default=2.0)
+    parser.add_argument(
+        "--database-url",
+        help="an empty database to use instead of a fresh SQLite file (postgresql://…)",
+    )
     args = parser.parse_args()
-    wall, branches = asyncio.run(measure(args.children, args.latency))
+    wall, branches = asyncio.run(measure(args.children, args.latency, args.database_url))
     ideal = args.latency
     print(f"{args.children} isolated background children, model latency {ideal:.1f} s each")
     print(f"branches with their own change {branches}")
