@@ -293,10 +293,17 @@ class TaskStore:
                     completion_tokens=completion_tokens,
                     finished_at=utcnow(),
                     handoff=handoff,
-                    branch=branch,
-                    branch_commit=branch_commit,
-                    change=change,
-                    merge_state="pending" if branch else None,
+                    # A branch recorded already (the work a crashed child left) stays.
+                    **(
+                        {
+                            "branch": branch,
+                            "branch_commit": branch_commit,
+                            "change": change,
+                            "merge_state": "pending",
+                        }
+                        if branch
+                        else {}
+                    ),
                 )
             )
             await session.commit()

@@ -496,18 +496,21 @@ class SubAgentRunner:
                 await self.tracker.append_log(record.id, f"✗ {error}")
                 await self.tracker.finish(record.id, state="failed", error=error)
                 return _failed(record, definition, error)
-            rebuilt, hooks = await self.isolated(tree.path)
-            # The parent's workspace tools, rebuilt in the worktree; any other tool as is.
-            tools = ToolRegistry(rebuilt.get(tool.name) or tool for tool in parent.tools)
-            where = tree.path
-            await self.tracker.append_log(
-                record.id, f"Working in its own worktree on branch {tree.branch}"
-            )
         try:
+            if tree is not None:
+                assert self.isolated is not None
+                rebuilt, hooks = await self.isolated(tree.path)
+                # The parent's workspace tools, rebuilt in the worktree; others as they are.
+                tools = ToolRegistry(rebuilt.get(tool.name) or tool for tool in parent.tools)
+                where = tree.path
+                await self.tracker.append_log(
+                    record.id, f"Working in its own worktree on branch {tree.branch}"
+                )
             ending = await self._drive(
                 record, definition, prompt, parent, approval, tools=tools, hooks=hooks, where=where
             )
-        except asyncio.CancelledError:
+        except BaseException:
+            # Cancelled, shut down or crashed: whatever the child did stays on its branch.
             if tree is not None:
                 await asyncio.shield(self._keep_work(record, tree))
             raise

@@ -380,3 +380,38 @@ async def test_worktrees_left_by_a_killed_replica_are_kept_when_it_starts_again(
     assert git(root, "show", "baton/task-coder-9:notes.txt") == "left behind\n"
     assert not tree.path.exists()
     assert kept_tree.path.exists()  # a running task's worktree is left alone
+
+
+async def test_an_isolated_child_whose_run_crashes_keeps_its_work(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """A bug mid-run (here the task's log cannot be written once the child has edited a
+    file) ends the task failed; the edit stays on its branch, not in a stray worktree."""
+    write_coder(tmp_path)
+    baton = await make_baton(tmp_path, fake_llm, permissions=WRITES)
+    make_repo(baton.workspace.root)
+    router = Router(fake_llm)
+    router.main += [Reply(tool_calls=[task("edit", id="c")]), Reply(text="started")]
+    original = baton.tracker.store.append_logs
+
+    async def failing(entries: list[tuple[str, list[str]]]) -> None:
+        if any(line.startswith("edited") for _, lines in entries for line in lines):
+            raise RuntimeError("the disk is full")
+        await original(entries)
+
+    baton.tracker.store.append_logs = failing  # type: ignore[method-assign]
+    router.default_child = edit_then_finish
+    try:
+        await run_turn(baton, "go")
+        record = await wait_finished(baton, "task-coder-1")
+        for _ in range(100):
+            record = (await baton.tracker.get("task-coder-1")).task  # type: ignore[union-attr]
+            if record.branch:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await baton.close()
+    assert record.state == "failed" and "the disk is full" in (record.error or "")
+    assert record.branch == "baton/task-coder-1"
+    assert git(baton.workspace.root, "show", "baton/task-coder-1:notes.txt") == "edit\n"
+    assert not (baton.settings.state_dir / "worktrees" / "task-coder-1").exists()
