@@ -23,21 +23,16 @@ def render_finished_tasks(tasks: Sequence[TaskRecord], limit: int = MAX_INJECTED
         if task.group:
             groups.setdefault((task.parent_id, task.group), []).append(task)
     for (_, name), members in groups.items():
-        body = _capped(render_fan_in(name, [_member(task) for task in members]), limit * 4)
         ids = ",".join(task.id for task in members)
+        rendered = render_fan_in(name, [_member(task) for task in members])
+        body = _capped(rendered, limit * 4, where=ids)
         parts.append(
             f'<task_group name="{name}" ids="{ids}">\n{escape_result(body)}\n</task_group>'
         )
     for task in tasks:
         if task.group:
             continue
-        body = _body(task)
-        if len(body) > limit:
-            cut = len(body) - limit
-            body = (
-                f"{body[:limit]}\n[… {cut:,} more characters cut; the full result and log are "
-                f"in /tasks {task.id}]"
-            )
+        body = _capped(_body(task), limit, where=task.id)
         parts.append(
             f'<task id="{task.id}" agent="{task.agent}" state="{task.state}">\n'
             f"{escape_result(body)}\n</task>"
@@ -46,10 +41,15 @@ def render_finished_tasks(tasks: Sequence[TaskRecord], limit: int = MAX_INJECTED
     return "\n".join(parts)
 
 
-def _capped(text: str, limit: int) -> str:
+def _capped(text: str, limit: int, *, where: str) -> str:
+    """`text` cut at `limit` characters, saying how much was cut and where it is whole."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}\n[… {len(text) - limit:,} more characters cut; see /tasks]"
+    cut = len(text) - limit
+    return (
+        f"{text[:limit]}\n[… {cut:,} more characters cut; the full result and log are "
+        f"in /tasks {where}]"
+    )
 
 
 def _member(task: TaskRecord) -> GroupMember:

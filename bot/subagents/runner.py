@@ -562,12 +562,7 @@ class SubAgentRunner:
             return None
         if tree is None:
             return None
-        change = await self._close_worktree(record, tree)
-        if change is not None:
-            await self.tracker.store.record_branch(
-                record.id, branch=change.branch, commit=change.commit, change=change.summary()
-            )
-        return change
+        return await self._keep_work(record, tree)
 
     async def recover_leftover_worktrees(self) -> list[str]:
         """At start-up: commit the work left in this state directory's worktrees by
@@ -608,13 +603,17 @@ class SubAgentRunner:
             )
         return change
 
-    async def _keep_work(self, record: TaskRecord, tree: worktrees.Worktree) -> None:
-        """A cancelled or interrupted child's partial work stays on its branch."""
+    async def _keep_work(
+        self, record: TaskRecord, tree: worktrees.Worktree
+    ) -> worktrees.Change | None:
+        """A child's work stays on its branch when its task ended without it (cancelled,
+        crashed, or its process died), and the task names the branch."""
         change = await self._close_worktree(record, tree)
         if change is not None:
             await self.tracker.store.record_branch(
                 record.id, branch=change.branch, commit=change.commit, change=change.summary()
             )
+        return change
 
     def _child_tools(
         self,
