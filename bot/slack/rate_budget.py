@@ -135,6 +135,15 @@ _level: contextvars.ContextVar[Priority] = contextvars.ContextVar(
 )
 
 
+@dataclass(frozen=True)
+class _Taken:
+    """A slot reserved on one limit: `tat` is the arrival time its reservation left."""
+
+    key: str
+    limit: Limit
+    tat: float
+
+
 @dataclass
 class _Prepaid:
     method: str
@@ -252,11 +261,12 @@ class RateBudget:
     async def _acquire(self, method: str, channel: str | None, level: Priority) -> None:
         keys = self.limits_for(method, channel)
         if level is Priority.URGENT:
-            wait = 0.0
+            wait, taken = 0.0, []
             for key, limit in keys:
                 reservation = await self.store.reserve(key, limit.interval, math.inf)
+                taken.append(_Taken(key, limit, reservation.tat))
                 wait = max(wait, reservation.ahead - limit.tolerance)
-            await self._hold(level, min(wait, self.max_urgent_wait_s), keys)
+            await self._hold(level, min(wait, self.max_urgent_wait_s), taken)
             return
         while True:
             retry = await self._try(keys, level)
@@ -268,53 +278,52 @@ class RateBudget:
 
     async def _reserve_within(self, keys: list[tuple[str, Limit]], within: float) -> bool:
         """Reserve a slot on every key if each comes within `within` s; sleep until it."""
-        granted, wait = await self._take_all(keys, lambda limit: limit.tolerance + within)
-        if granted:
-            await self._hold(Priority.URGENT, wait, keys)
-        return granted
+        taken, wait = await self._take_all(keys, lambda limit: limit.tolerance + within)
+        if taken is not None:
+            await self._hold(Priority.URGENT, wait, taken)
+        return taken is not None
 
     async def _try(self, keys: list[tuple[str, Limit]], level: Priority) -> float | None:
         """Take a slot on every key, or none: None, or how long to wait before asking again."""
-        granted, short = await self._take_all(keys, lambda limit: limit.room(level))
-        if granted:
+        taken, short = await self._take_all(keys, lambda limit: limit.room(level))
+        if taken is not None:
             return None  # within its room, a STREAM or PROGRESS slot is due now
         return min(MAX_RETRY_S, max(MIN_RETRY_S, short)) * random.uniform(1.0, 1.5)
 
     async def _take_all(
         self, keys: list[tuple[str, Limit]], room: Callable[[Limit], float]
-    ) -> tuple[bool, float]:
+    ) -> tuple[list[_Taken] | None, float]:
         """Reserve a slot on every key that has at most `room(limit)` of debt, or on none.
 
-        Returns (True, how long until every slot taken is due), or (False, by how much
-        the refusing key's debt passed its room).
+        Returns (the slots taken, how long until every one is due), or (None, by how
+        much the refusing key's debt passed its room).
         """
-        taken: list[tuple[str, Limit]] = []
+        taken: list[_Taken] = []
         wait = 0.0
         for key, limit in keys:
             reservation = await self.store.reserve(key, limit.interval, room(limit))
             if not reservation.granted:
-                for done, done_limit in taken:
-                    await self.store.release(done, done_limit.interval)
-                return False, reservation.ahead - room(limit)
-            taken.append((key, limit))
+                await self._give_back(taken)
+                return None, reservation.ahead - room(limit)
+            taken.append(_Taken(key, limit, reservation.tat))
             wait = max(wait, reservation.ahead - limit.tolerance)
-        return True, wait
+        return taken, wait
 
-    async def _hold(self, level: Priority, wait: float, keys: list[tuple[str, Limit]]) -> None:
-        """Sleep until the slots reserved on `keys` are due. A caller cancelled meanwhile
-        (a stream's start dropped because its run ended) makes no call: its slots are
-        given back, or the call after it would wait a whole interval for a slot nobody
-        used (about a second in a channel)."""
+    async def _hold(self, level: Priority, wait: float, taken: list[_Taken]) -> None:
+        """Sleep until the slots `taken` are due. A caller cancelled meanwhile (a
+        stream's start dropped because its run ended) makes no call: its slots are
+        given back where nobody reserved after them, or the call after it would wait a
+        whole interval for a slot nobody used (about a second in a channel)."""
         try:
             await self._sleep(level, wait)
         except asyncio.CancelledError:
-            await asyncio.shield(self._give_back(keys))
+            await asyncio.shield(self._give_back(taken))
             raise
 
-    async def _give_back(self, keys: list[tuple[str, Limit]]) -> None:
+    async def _give_back(self, taken: list[_Taken]) -> None:
         try:
-            for key, limit in keys:
-                await self.store.release(key, limit.interval)
+            for slot in taken:
+                await self.store.release(slot.key, slot.limit.interval, slot.tat)
         except Exception:
             logger.exception("could not give back unused Slack rate slots")
 

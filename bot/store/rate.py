@@ -20,7 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sqlalchemy import text
@@ -48,13 +48,22 @@ class Reservation:
 
     granted: bool
     ahead: float
+    # The arrival time this reservation left (granted only): `release` gives the slot
+    # back only while it is still the limit's last one.
+    tat: float = field(default=math.nan, compare=False)
 
 
 class RateStore(Protocol):
     async def reserve(self, key: str, interval: float, tolerance: float) -> Reservation: ...
 
-    async def release(self, key: str, interval: float) -> None:
-        """Give back a slot taken a moment ago (when another limit of the call refused)."""
+    async def release(self, key: str, interval: float, tat: float) -> bool:
+        """Give back the slot whose reservation left `tat`, if nobody reserved after it.
+
+        A later reservation was planned behind this slot: moving the arrival time back
+        then would hand the next caller a slot already promised, and two calls would go
+        out together. So a slot that is not the last stays used (a wasted interval is
+        the safe side). Returns whether it was given back.
+        """
         ...
 
 
@@ -78,11 +87,13 @@ class MemoryRateStore:
         if ahead > tolerance:
             return Reservation(granted=False, ahead=ahead)
         self.tats[key] = base + interval
-        return Reservation(granted=True, ahead=ahead)
+        return Reservation(granted=True, ahead=ahead, tat=base + interval)
 
-    async def release(self, key: str, interval: float) -> None:
-        if key in self.tats:
-            self.tats[key] -= interval
+    async def release(self, key: str, interval: float, tat: float) -> bool:
+        if self.tats.get(key) != tat:
+            return False
+        self.tats[key] = tat - interval
+        return True
 
 
 # One statement: the row is locked by the upsert, and the clock is read after the lock
@@ -107,7 +118,10 @@ _RESERVE = text(
     """
 )
 
-_RELEASE = text("UPDATE slack_rate SET tat = tat - CAST(:interval AS float8) WHERE key = :key")
+_RELEASE = text(
+    "UPDATE slack_rate SET tat = tat - CAST(:interval AS float8)"
+    " WHERE key = :key AND tat = CAST(:tat AS float8)"
+)
 
 
 class PostgresRateStore:
@@ -122,12 +136,15 @@ class PostgresRateStore:
             row = (await connection.execute(_RESERVE, params)).one()
         taken, before, now = row.taken, row.before, float(row.now)
         if taken is not None:
-            return Reservation(granted=True, ahead=max(0.0, float(taken) - interval - now))
+            ahead = max(0.0, float(taken) - interval - now)
+            return Reservation(granted=True, ahead=ahead, tat=float(taken))
         return Reservation(granted=False, ahead=max(0.0, float(before or now) - now))
 
-    async def release(self, key: str, interval: float) -> None:
+    async def release(self, key: str, interval: float, tat: float) -> bool:
+        params = {"key": row_key(key), "interval": interval, "tat": tat}
         async with self.database.engine.begin() as connection:
-            await connection.execute(_RELEASE, {"key": row_key(key), "interval": interval})
+            result = await connection.execute(_RELEASE, params)
+        return bool(result.rowcount)
 
 
 class FallbackRateStore:
@@ -175,16 +192,18 @@ class FallbackRateStore:
             self.failing = False
         return reservation
 
-    async def release(self, key: str, interval: float) -> None:
+    async def release(self, key: str, interval: float, tat: float) -> bool:
+        # A slot is given back only by the store that holds `tat`; the other finds no
+        # match and changes nothing.
         if self._skip_primary():
-            await self.fallback.release(key, interval)
-            return
+            return await self.fallback.release(key, interval, tat)
         try:
             async with asyncio.timeout(self.timeout_s):
-                await self.primary.release(key, interval)
+                if await self.primary.release(key, interval, tat):
+                    return True
         except Exception as exc:
             self._failed(exc)
-            await self.fallback.release(key, interval)
+        return await self.fallback.release(key, interval, tat)
 
     def _failed(self, exc: Exception) -> None:
         self.fallbacks += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ from bot.slack.rate_budget import (
     priority,
 )
 from bot.slack.surface import CountingWebClient, budgeted_request_client
+from bot.store.rate import MemoryRateStore
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.slack.harness import SlackHarness, start_harness
@@ -96,6 +98,36 @@ async def test_a_call_with_a_way_out_reserves_nothing_when_its_slot_is_too_far()
     began = time.monotonic()
     await budget.acquire("chat.startStream", "C1")
     assert time.monotonic() - began < 1.2
+
+
+async def test_a_cancelled_call_never_hands_its_slot_to_two_callers() -> None:
+    """A caller cancelled while it waits (a dropped stream start) with others already
+    planned behind it: its slot stays used, so the next caller does not get a slot
+    another caller holds. Before, the arrival time moved back an interval and two
+    messages went out together: the 429s of thirty runs in one channel."""
+    budget = RateBudget(
+        limits={"chat.postMessage": Limit(6000)}, channel_limit=Limit(60)
+    )  # one message a second in a channel
+    await budget.acquire("chat.postMessage", "C1")  # due now
+    cancelled = asyncio.create_task(budget.acquire("chat.postMessage", "C1"))  # +1 s
+    behind = asyncio.create_task(budget.acquire("chat.postMessage", "C1"))  # +2 s
+    await asyncio.sleep(0.05)
+    store = budget.store
+    assert isinstance(store, MemoryRateStore)
+    planned = store.tats["channel:C1"]
+    cancelled.cancel()
+    await asyncio.gather(cancelled, return_exceptions=True)
+    assert store.tats["channel:C1"] == planned  # not given back: `behind` is after it
+    nxt = await store.reserve("channel:C1", 1.0, math.inf)
+    assert nxt.ahead > 2.5  # after `behind`'s slot (about 3 s away), not on it
+    # The last slot planned is given back when its caller goes.
+    last = asyncio.create_task(budget.acquire("chat.postMessage", "C1"))
+    await asyncio.sleep(0.05)
+    before = store.tats["channel:C1"]
+    last.cancel()
+    behind.cancel()
+    await asyncio.gather(last, behind, return_exceptions=True)
+    assert store.tats["channel:C1"] == pytest.approx(before - 1.0)
 
 
 async def test_an_urgent_call_is_not_delayed_by_a_flood_of_progress() -> None:

@@ -54,10 +54,30 @@ async def test_memory_refuses_beyond_the_tolerance_and_changes_nothing() -> None
     assert await store.reserve("k", 1.0, 0.5) == Reservation(False, 1.0)
     assert store.tats["k"] == 1001.0
     clock.now += 0.5
-    assert await store.reserve("k", 1.0, 0.5) == Reservation(True, 0.5)
-    await store.release("k", 1.0)
+    taken = await store.reserve("k", 1.0, 0.5)
+    assert taken == Reservation(True, 0.5) and taken.tat == 1002.0
+    assert await store.release("k", 1.0, taken.tat)
     assert store.tats["k"] == 1001.0
     assert (await store.reserve("other", 1.0, 0.0)).granted  # keys are separate
+
+
+async def test_memory_gives_a_slot_back_only_while_nobody_reserved_after_it() -> None:
+    """A cancelled caller's slot, with a later caller already planned behind it, stays
+    used: moving the arrival time back would hand the next caller the later caller's
+    slot, and the two would go out together (a 429 at Slack)."""
+    clock = Clock()
+    store = MemoryRateStore(clock)
+    first = await store.reserve("k", 1.0, math.inf)  # due now
+    cancelled = await store.reserve("k", 1.0, math.inf)  # due at +1
+    later = await store.reserve("k", 1.0, math.inf)  # due at +2
+    assert not await store.release("k", 1.0, cancelled.tat)
+    assert store.tats["k"] == later.tat == 1003.0
+    following = await store.reserve("k", 1.0, math.inf)
+    assert following.ahead == 3.0  # not +2, which `later` holds
+    assert await store.release("k", 1.0, following.tat)  # the last one: given back
+    assert store.tats["k"] == 1003.0
+    assert not await store.release("k", 1.0, following.tat)  # and only once
+    assert first.tat == 1001.0
 
 
 async def test_a_store_for_sqlite_is_in_memory(tmp_path: object) -> None:
@@ -77,7 +97,7 @@ class Broken:
         self.calls += 1
         raise OSError("connection refused")
 
-    async def release(self, key: str, interval: float) -> None:
+    async def release(self, key: str, interval: float, tat: float) -> bool:
         raise OSError("connection refused")
 
 
@@ -141,7 +161,9 @@ async def test_postgres_reservations_are_gcra_on_the_database_clock(pg: Database
     assert first.granted and first.ahead < 0.5
     assert second.granted and 9.5 < second.ahead <= 10.0
     assert not third.granted and 19.5 < third.ahead <= 20.0
-    await store.release("chat.update", 10.0)
+    assert not await store.release("chat.update", 10.0, first.tat)  # `second` is behind it
+    assert await store.release("chat.update", 10.0, second.tat)
+    assert not await store.release("chat.update", 10.0, second.tat)  # only once
     again = await store.reserve("chat.update", 10.0, 15.0)
     assert again.granted and 9.5 < again.ahead <= 10.0
     assert (await store.reserve("channel:C1", 10.0, 0.0)).granted
