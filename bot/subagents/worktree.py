@@ -35,6 +35,7 @@ from bot.errors import BatonError
 
 _TASK_ID = re.compile(r"task-[a-z0-9-]+")
 _BRANCH = re.compile(r"baton/task-[a-z0-9-]+")
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _MAX_TASK_ID = 100
 _FALLBACK_NAME = "Baton"
 _FALLBACK_EMAIL = "baton@localhost"
@@ -65,6 +66,8 @@ _STDERR_LIMIT = 64 * 1024
 _SUMMARY_FILES = 20
 _MINUS = "\N{MINUS SIGN}"
 _MESSAGE_FILES = 10
+# How long a repository's answer to "who commits?" is reused.
+_IDENTITY_S = 5.0
 
 
 class WorktreeError(BatonError):
@@ -80,6 +83,9 @@ class Worktree:
     branch: str
     base: str
     git_dir: Path
+    # The workspace's own git dir (its common dir, unless the site's checkout is a
+    # linked worktree itself), found when the worktree was made.
+    repo_git_dir: Path
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,22 +143,29 @@ async def create(repo: Path, task_id: str, base_dir: Path) -> Worktree:
     The worktree is locked so `git worktree prune` leaves it alone while the task runs.
     """
     _check_task_id(task_id)
-    workspace = await _open_repo(repo)
-    base = await _head_commit(workspace)
+    workspace, base = await _open_repo_at_head(repo)
     base_dir = await asyncio.to_thread(_prepare_base_dir, base_dir, workspace.top)
     path = base_dir / task_id
     branch = f"baton/{task_id}"
-    # Not serialised: each worktree has its own path, admin dir (named after the path)
-    # and branch, and git takes each ref's lock file itself; sixteen isolated children
-    # then set up side by side instead of one after another.
-    result = await workspace.run(
-        "worktree", "add", "--quiet", "--lock", "--reason", f"Baton task {task_id} is running",
-        "-b", branch, "--", str(path), base,
-    )  # fmt: skip
+    # One at a time: `worktree add` reads every other worktree's admin dir, and fails
+    # ("failed to read .../commondir") on one that a concurrent add or remove has half
+    # made or half deleted (found with sixteen isolated children starting together).
+    async with _repo_lock(workspace.common_dir):
+        result = await workspace.run(
+            "worktree", "add", "--quiet", "--lock", "--reason",
+            f"Baton task {task_id} is running", "-b", branch, "--", str(path), base,
+        )  # fmt: skip
     if result.returncode != 0:
         raise WorktreeError(f"Could not create a worktree for {task_id}: {result.error}")
     git_dir = await _new_worktree_git_dir(path, workspace)
-    return Worktree(repo=workspace.top, path=path, branch=branch, base=base, git_dir=git_dir)
+    return Worktree(
+        repo=workspace.top,
+        path=path,
+        branch=branch,
+        base=base,
+        git_dir=git_dir,
+        repo_git_dir=workspace.git_dir,
+    )
 
 
 async def reopen(repo: Path, task_id: str, base_dir: Path) -> Worktree | None:
@@ -174,7 +187,14 @@ async def reopen(repo: Path, task_id: str, base_dir: Path) -> Worktree | None:
     base = await _branch_commit(workspace, branch)
     if base is None:
         return None
-    return Worktree(repo=workspace.top, path=path, branch=branch, base=base, git_dir=git_dir)
+    return Worktree(
+        repo=workspace.top,
+        path=path,
+        branch=branch,
+        base=base,
+        git_dir=git_dir,
+        repo_git_dir=workspace.git_dir,
+    )
 
 
 async def finish(worktree: Worktree, *, message: str) -> Change | None:
@@ -186,17 +206,16 @@ async def finish(worktree: Worktree, *, message: str) -> Change | None:
     """
     if not await asyncio.to_thread(worktree.path.is_dir):
         raise WorktreeError(f"The worktree of {worktree.branch} at {worktree.path} is gone")
-    workspace = await _open_repo(worktree.repo)
+    workspace = _repo(worktree.repo, worktree.repo_git_dir, worktree.git_dir.parent.parent)
     git = _common_git(worktree)
     tip, tree, base_tree = await _commit_work_tree(git, workspace, worktree, message)
     if tree == base_tree:
+        await _remove_own_worktree(workspace, worktree)
         async with _repo_lock(workspace.common_dir):
-            await _remove_own_worktree(workspace, worktree)
             await _delete_branch(workspace, worktree.branch)
         return None
     files = await _numstat(git, worktree.base, tip)
-    async with _repo_lock(workspace.common_dir):
-        await _remove_own_worktree(workspace, worktree)
+    await _remove_own_worktree(workspace, worktree)
     return Change(branch=worktree.branch, commit=tip, files=files)
 
 
@@ -357,6 +376,26 @@ async def _open_repo(repo: Path) -> _Repo:
     if result.returncode != 0 or len(lines) != 4 or lines[3]:
         raise WorktreeError(f"{repo} is not a git repository: isolation: worktree needs one")
     top, git_dir, common_dir = (Path(line) for line in lines[:3])
+    return _repo(top, git_dir, common_dir)
+
+
+async def _open_repo_at_head(repo: Path) -> tuple[_Repo, str]:
+    """`_open_repo` and `_head_commit` in one git call when the repository has a commit."""
+    if await asyncio.to_thread(repo.is_dir):
+        result = await _Git(cwd=repo).run(
+            "rev-parse", "--path-format=absolute", "--show-toplevel", "--absolute-git-dir",
+            "--git-common-dir", "--verify", "--quiet", "HEAD^{commit}",
+        )  # fmt: skip
+        lines = result.stdout.decode("utf-8", "surrogateescape").split("\n")
+        if result.returncode == 0 and len(lines) == 5 and not lines[4] and _SHA.fullmatch(lines[3]):
+            top, git_dir, common_dir = (Path(line) for line in lines[:3])
+            return _repo(top, git_dir, common_dir), lines[3]
+    # Not a repository, or no commit yet: the slow path says which.
+    workspace = await _open_repo(repo)
+    return workspace, await _head_commit(workspace)
+
+
+def _repo(top: Path, git_dir: Path, common_dir: Path) -> _Repo:
     return _Repo(
         cwd=top,
         options=(f"--git-dir={git_dir}", f"--work-tree={top}"),
@@ -417,10 +456,19 @@ def _prepare_base_dir(base_dir: Path, top: Path) -> Path:
 
 
 async def _new_worktree_git_dir(path: Path, workspace: _Repo) -> Path:
-    """The new worktree's admin dir, read before the child has had any chance to touch it."""
-    result = await _Git(cwd=path).run("rev-parse", "--absolute-git-dir")
-    git_dir = Path(result.text)
-    if result.returncode != 0 or git_dir.parent != workspace.common_dir / "worktrees":
+    """The new worktree's admin dir, read from its `.git` file before the child has had
+    any chance to touch it."""
+    try:
+        pointer = await asyncio.to_thread((path / ".git").read_text, "utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise WorktreeError(f"Could not read the new worktree's .git file in {path}") from error
+    named = pointer.removeprefix("gitdir: ").strip()
+    git_dir = Path(named)
+    if (
+        not pointer.startswith("gitdir: ")
+        or not git_dir.is_absolute()
+        or git_dir.parent != workspace.common_dir / "worktrees"
+    ):
         raise WorktreeError(f"Could not find the git directory of the new worktree {path}")
     return git_dir
 
@@ -438,7 +486,7 @@ async def _commit_work_tree(
     the commit holds exactly the files the child left, whatever it did to its index or
     HEAD. Commits the child made itself are kept, being the branch's history.
     """
-    existing = await _branch_commit(git, worktree.branch)
+    existing, parent_tree, base_tree = await _branch_state(git, worktree)
     parent = existing or worktree.base
     scratch = await asyncio.to_thread(tempfile.mkdtemp, prefix="baton-index-")
     try:
@@ -453,7 +501,6 @@ async def _commit_work_tree(
         tree = (await _checked(indexed, "write-tree")).text
     finally:
         await asyncio.to_thread(shutil.rmtree, scratch, True)
-    parent_tree, base_tree = await _trees(git, parent, worktree.base)
     if parent_tree == tree:
         return parent, tree, base_tree
     text = message.strip() or f"Baton task {worktree.branch.removeprefix('baton/')}"
@@ -467,16 +514,38 @@ async def _commit_work_tree(
     return created.text, tree, base_tree
 
 
-async def _identity_config(git: _Git) -> tuple[str, ...]:
-    """Baton's identity unless the repository (or its user) has a complete one."""
+async def _branch_state(git: _Git, worktree: Worktree) -> tuple[str | None, str, str]:
+    """The branch's commit (None when it is gone), its tree (the base's when it is gone)
+    and the base's tree: one git call while the branch is there, as it normally is."""
+    branch = f"refs/heads/{worktree.branch}"
+    found = await git.run(
+        "rev-parse", f"{branch}^{{commit}}", f"{branch}^{{tree}}", f"{worktree.base}^{{tree}}"
+    )
+    answers = found.text.split()
+    if found.returncode == 0 and len(answers) == 3:
+        return answers[0], answers[1], answers[2]
+    existing = await _branch_commit(git, worktree.branch)
+    parent_tree, base_tree = await _trees(git, existing or worktree.base, worktree.base)
+    return existing, parent_tree, base_tree
+
+
+async def _identity_config(git: _Repo) -> tuple[str, ...]:
+    """Baton's identity unless the repository (or its user) has a complete one; asked
+    once in `_IDENTITY_S` seconds per repository (sixteen children finish together)."""
+    loop = asyncio.get_running_loop()
+    cached = _identities.get(git.common_dir)
+    if cached is not None and loop.time() - cached[0] < _IDENTITY_S:
+        return cached[1]
     found = await git.run("config", "--get-regexp", r"^user\.(name|email)$")
     values: dict[str, str] = {}
     for line in found.text.splitlines() if found.returncode == 0 else ():
         key, _, value = line.partition(" ")
         values[key] = value.strip()
-    if values.get("user.name") and values.get("user.email"):
-        return ()
-    return (f"user.name={_FALLBACK_NAME}", f"user.email={_FALLBACK_EMAIL}")
+    identity: tuple[str, ...] = ()
+    if not (values.get("user.name") and values.get("user.email")):
+        identity = (f"user.name={_FALLBACK_NAME}", f"user.email={_FALLBACK_EMAIL}")
+    _identities[git.common_dir] = (loop.time(), identity)
+    return identity
 
 
 async def _branch_commit(git: _Git, branch: str) -> str | None:
@@ -514,25 +583,25 @@ async def _numstat(git: _Git, base: str, tip: str) -> tuple[FileChange, ...]:
 
 
 async def _remove_own_worktree(workspace: _Repo, worktree: Worktree) -> None:
-    """Remove a worktree whose paths we created ourselves, even if the child broke its `.git`.
+    """Remove a worktree whose paths we created ourselves, whatever the child did to it.
 
-    git refuses to remove a worktree whose `.git` file no longer points back at its
-    admin dir; then we delete both directories ourselves, once they are where `create`
-    puts them. `shutil.rmtree` never follows symlinks, so links the child left cannot
-    lead the deletion elsewhere.
+    Both directories are deleted here, not by `git worktree remove` (which also refuses
+    a worktree whose `.git` file the child broke), once they are where `create` puts
+    them: the admin dir first, under the repository's lock (a concurrent `worktree add`
+    reads every admin dir), then the files. `shutil.rmtree` never follows symlinks, so
+    links the child left cannot lead the deletion elsewhere.
     """
-    # Twice --force: remove it although it is locked (one git call, not unlock first).
-    result = await workspace.run("worktree", "remove", "--force", "--force", str(worktree.path))
-    if result.returncode == 0:
-        return
     if (
         worktree.git_dir.parent != workspace.common_dir / "worktrees"
         or worktree.path.is_relative_to(workspace.top)
         or workspace.top.is_relative_to(worktree.path)
     ):
-        raise WorktreeError(f"Could not remove the worktree at {worktree.path}: {result.error}")
+        raise WorktreeError(
+            f"Could not remove the worktree at {worktree.path}: it is not where Baton makes them"
+        )
+    async with _repo_lock(workspace.common_dir):
+        await asyncio.to_thread(_remove_tree, worktree.git_dir)
     await asyncio.to_thread(_remove_tree, worktree.path)
-    await asyncio.to_thread(_remove_tree, worktree.git_dir)
 
 
 def _remove_tree(path: Path) -> None:
@@ -757,6 +826,10 @@ def _printable(path: str) -> str:
 _locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Path, asyncio.Lock]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+# Per repository (common dir): when its identity was read, and what `commit-tree` adds.
+_identities: dict[Path, tuple[float, tuple[str, ...]]] = {}
 
 
 def _repo_lock(common_dir: Path) -> asyncio.Lock:

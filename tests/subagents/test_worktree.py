@@ -222,6 +222,30 @@ async def test_sixteen_children_edit_the_same_file_in_parallel(repo: Path, base_
     assert (repo / "a.txt").read_text() == "one\ntwo\nthree\n"
 
 
+async def test_worktrees_made_and_removed_side_by_side_never_trip_each_other(
+    repo: Path, base_dir: Path
+) -> None:
+    """`git worktree add` reads every admin dir, and fails on one that another add or a
+    removal has half made: sixteen children starting while sixteen others end, six
+    times over, must all succeed."""
+    done = [await create(repo, f"task-r-{n}", base_dir) for n in range(16)]
+    for round_ in range(6):
+
+        async def end(worktree: Worktree) -> Change | None:
+            (worktree.path / "a.txt").write_text(f"{worktree.branch}\n")
+            return await finish(worktree, message="done")
+
+        made, ended = await asyncio.gather(
+            asyncio.gather(*(create(repo, f"task-s{round_}-{n}", base_dir) for n in range(16))),
+            asyncio.gather(*(end(worktree) for worktree in done)),
+        )
+        assert all(change is not None for change in ended)
+        assert all(w.path.is_dir() and w.git_dir.is_dir() for w in made)
+        done = list(made)
+    listed = git(repo, "worktree", "list", "--porcelain").count("worktree ")
+    assert listed == 1 + 16  # the checkout and the last round, nothing left behind
+
+
 # --- merge and discard -------------------------------------------------------------------
 
 
