@@ -41,6 +41,22 @@ GROUP_WAIT = timedelta(minutes=30)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NewBackgroundTask:
+    """A background task to record (`TaskStore.create_backgrounds`)."""
+
+    session_id: int
+    channel_id: str | None
+    agent: str
+    description: str
+    prompt: str
+    started_by: str | None
+    owner: str | None = None
+    parent_id: str | None = None
+    depth: int = 1
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaskRecord:
     """A task as stored: who ran what, where, and how it ended."""
 
@@ -193,51 +209,88 @@ class TaskStore:
         depth: int = 1,
         group: str | None = None,
     ) -> TaskRecord | None:
-        """Record a new running background task with a new id, unless the session has
-        `limit` running already: None then, and no id is used up.
+        """Record one new running background task (see `create_backgrounds`)."""
+        task = NewBackgroundTask(
+            session_id=session_id,
+            channel_id=channel_id,
+            agent=agent,
+            description=description,
+            prompt=prompt,
+            started_by=started_by,
+            owner=owner,
+            parent_id=parent_id,
+            depth=depth,
+            group=group,
+        )
+        [record] = await self.create_backgrounds(limit, [task])
+        return record
+
+    async def create_backgrounds(
+        self, limit: int, tasks: Sequence[NewBackgroundTask]
+    ) -> list[TaskRecord | None]:
+        """Record new running background tasks with new ids, in order, each unless its
+        session has `limit` running already (counting the ones recorded before it here):
+        None for those, and no id is used up.
 
         Counting and recording are one transaction, serialised per session across the
-        deployment: on PostgreSQL by ``pg_advisory_xact_lock(BACKGROUND_LOCK, session)``;
-        on SQLite by the database's single writer, taken at once by the transaction's
-        first statement (a write), so a racing start waits and then counts this one.
+        deployment: on PostgreSQL by ``pg_advisory_xact_lock(BACKGROUND_LOCK, session)``
+        (taken in session order, so two batches never wait on each other crosswise); on
+        SQLite by the database's single writer, taken at once by the transaction's first
+        statement (a write), so a racing start waits and then counts these. Sixteen
+        children started together make one transaction, not sixteen in a row.
         """
+        if not tasks:
+            return []
+        sessions = sorted({task.session_id for task in tasks})
         async with self.database.sessions() as session:
             if self.database.engine.dialect.name == "postgresql":
-                await session.exec(
-                    select(func.pg_advisory_xact_lock(BACKGROUND_LOCK, _int4(session_id)))
-                )
-            number = await _take_number(session, agent)
-            running = (
-                await session.exec(
-                    select(func.count())
-                    .select_from(TaskRow)
-                    .where(
-                        TaskRow.session_id == session_id,
-                        TaskRow.state == "running",
-                        TaskRow.background == True,  # noqa: E712
+                for session_id in sessions:
+                    await session.exec(
+                        select(func.pg_advisory_xact_lock(BACKGROUND_LOCK, _int4(session_id)))
                     )
+            else:
+                # The write lock first (a no-op write), then the counts are current.
+                await session.exec(
+                    update(TaskSequenceRow)
+                    .where(col(TaskSequenceRow.agent) == "")
+                    .values(last=TaskSequenceRow.last)
                 )
-            ).one()
-            if running >= limit:
-                await session.rollback()
-                return None
-            row = TaskRow(
-                owner=owner,
-                id=f"task-{agent}-{number}",
-                session_id=session_id,
-                channel_id=channel_id,
-                agent=agent,
-                description=description,
-                prompt=prompt,
-                background=True,
-                started_by=started_by,
-                parent_id=parent_id,
-                depth=depth,
-                group_name=group,
+            running = dict.fromkeys(sessions, 0)
+            counted = await session.exec(
+                select(TaskRow.session_id, func.count())
+                .where(
+                    col(TaskRow.session_id).in_(sessions),
+                    TaskRow.state == "running",
+                    TaskRow.background == True,  # noqa: E712
+                )
+                .group_by(col(TaskRow.session_id))
             )
-            session.add(row)
+            running.update({session_id: count for session_id, count in counted.all()})
+            rows: list[TaskRow | None] = []
+            for task in tasks:
+                if running[task.session_id] >= limit:
+                    rows.append(None)
+                    continue
+                running[task.session_id] += 1
+                number = await _take_number(session, task.agent)
+                row = TaskRow(
+                    owner=task.owner,
+                    id=f"task-{task.agent}-{number}",
+                    session_id=task.session_id,
+                    channel_id=task.channel_id,
+                    agent=task.agent,
+                    description=task.description,
+                    prompt=task.prompt,
+                    background=True,
+                    started_by=task.started_by,
+                    parent_id=task.parent_id,
+                    depth=task.depth,
+                    group_name=task.group,
+                )
+                session.add(row)
+                rows.append(row)
             await session.commit()
-            return _record(row)
+            return [None if row is None else _record(row) for row in rows]
 
     async def append_log(self, task_id: str, lines: Sequence[str]) -> None:
         await self.append_logs([(task_id, lines)])

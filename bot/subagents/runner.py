@@ -408,20 +408,19 @@ class SubAgentRunner:
         if isolate:
             await self.check_isolation(parent)
         # Counting the session's running background tasks and recording this one are
-        # one step across every replica (TaskStore.create_background).
-        async with self.tracker.start_lock:
-            record = await self.tracker.start_background(
-                limit=self.max_background_tasks,
-                session_id=parent.session_id,
-                channel_id=parent.channel_id,
-                agent=definition.name,
-                description=description,
-                prompt=prompt,
-                started_by=parent.user_id,
-                parent_id=parent.task_id,
-                depth=parent.depth + 1,
-                group=group,
-            )
+        # one step across every replica (TaskStore.create_backgrounds).
+        record = await self.tracker.start_background(
+            limit=self.max_background_tasks,
+            session_id=parent.session_id,
+            channel_id=parent.channel_id,
+            agent=definition.name,
+            description=description,
+            prompt=prompt,
+            started_by=parent.user_id,
+            parent_id=parent.task_id,
+            depth=parent.depth + 1,
+            group=group,
+        )
         self.tracker.run_child(
             record.id,
             self._run_background(record, definition, prompt, parent, isolate=isolate),

@@ -15,7 +15,7 @@ from bot.engine.messages import ChatMessage
 from bot.errors import SteeringFull, TaskLimitReached
 from bot.store.instances import Instances
 from bot.store.signals import TASK, Signals, Subscription
-from bot.store.tasks import TaskDetail, TaskRecord, TaskState, TaskStore
+from bot.store.tasks import NewBackgroundTask, TaskDetail, TaskRecord, TaskState, TaskStore
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +56,17 @@ class TaskTracker:
         self._notifications: set[asyncio.Task[None]] = set()
         # Steering taken for children running here, waiting for their next LLM call.
         self._inboxes: dict[str, list[ChatMessage]] = {}
-        # Log lines waiting for the writer, each with the future its caller awaits.
-        self._log_queue: list[tuple[str, tuple[str, ...], asyncio.Future[None]]] = []
+        # Log lines waiting for the writer; how many entries were queued and written
+        # (or failed) so far, and the flushes waiting for a count to be written.
+        self._log_queue: list[tuple[str, tuple[str, ...]]] = []
+        self._logs_queued = 0
+        self._logs_written = 0
+        self._log_flushes: list[tuple[int, asyncio.Future[None]]] = []
         self._log_writer: asyncio.Task[None] | None = None
-        # Serialises this process's background starts (the store makes counting and
-        # recording one step across replicas; this keeps them from queueing there).
-        self.start_lock = asyncio.Lock()
+        # Background starts waiting for the writer, each with the future its caller
+        # awaits: starts asked for meanwhile are recorded in one transaction.
+        self._start_queue: list[tuple[int, NewBackgroundTask, asyncio.Future[TaskRecord]]] = []
+        self._start_writer: asyncio.Task[None] | None = None
 
     def on_finish(self, callback: FinishCallback) -> None:
         """Call `callback` with the record whenever a task ends (also after a restart)."""
@@ -113,11 +118,14 @@ class TaskTracker:
     ) -> TaskRecord:
         """Record a background task, unless its session has `limit` running (on any replica).
 
+        Starts asked for meanwhile (a fan-out's task calls) are counted and recorded in
+        one transaction, in the order asked: sixteen children start together instead of
+        one after another.
+
         Raises:
             TaskLimitReached: The session has `limit` background tasks running.
         """
-        record = await self.store.create_background(
-            limit=limit,
+        task = NewBackgroundTask(
             session_id=session_id,
             channel_id=channel_id,
             agent=agent,
@@ -129,37 +137,82 @@ class TaskTracker:
             depth=depth,
             group=group,
         )
-        if record is None:
-            raise TaskLimitReached(limit)
-        return record
+        recorded = asyncio.get_running_loop().create_future()
+        self._start_queue.append((limit, task, recorded))
+        if self._start_writer is None or self._start_writer.done():
+            self._start_writer = asyncio.create_task(self._record_starts(), name="task-starts")
+        return await recorded
+
+    async def _record_starts(self) -> None:
+        while self._start_queue:
+            batch, self._start_queue = self._start_queue, []
+            for limit in dict.fromkeys(limit for limit, _, _ in batch):
+                waiting = [(task, done) for each, task, done in batch if each == limit]
+                try:
+                    records = await self.store.create_backgrounds(
+                        limit, [task for task, _ in waiting]
+                    )
+                except Exception as exc:
+                    for _, done in waiting:
+                        if not done.done():
+                            done.set_exception(exc)
+                    continue
+                for (_, done), record in zip(waiting, records, strict=True):
+                    if record is None:
+                        if not done.done():
+                            done.set_exception(TaskLimitReached(limit))
+                    elif not done.done():
+                        done.set_result(record)
+                    else:
+                        # Its caller went away meanwhile: no child will run it.
+                        try:
+                            await self.finish(
+                                record.id, state="cancelled", error="its start was cancelled"
+                            )
+                        except Exception:
+                            logger.exception(
+                                "could not end %s, whose start was cancelled", record.id
+                            )
 
     async def append_log(self, task_id: str, *lines: str) -> None:
-        """Add lines to a task's log; they are stored when this returns.
+        """Add lines to a task's log, without waiting for them to be stored.
 
-        Lines written meanwhile by other children share one transaction (a group
-        commit): sixteen children logging at once make a few writes, not sixteen.
+        One writer stores the lines queued meanwhile, in order, in one transaction (a
+        group commit): sixteen children logging at once make a few writes, and no child
+        waits for the database between its steps. Ending a task, reading it here and
+        shutting down wait for the lines queued before them (`flush_logs`).
         """
         if not lines:
             return
-        done = asyncio.get_running_loop().create_future()
-        self._log_queue.append((task_id, lines, done))
+        self._log_queue.append((task_id, lines))
+        self._logs_queued += 1
         if self._log_writer is None or self._log_writer.done():
             self._log_writer = asyncio.create_task(self._write_logs(), name="task-log-writer")
-        await done
+
+    async def flush_logs(self) -> None:
+        """Wait until the log lines queued so far are stored (or failed to be); not
+        for those others queue meanwhile."""
+        if self._logs_written >= self._logs_queued:
+            return
+        written = asyncio.get_running_loop().create_future()
+        self._log_flushes.append((self._logs_queued, written))
+        await asyncio.shield(written)
 
     async def _write_logs(self) -> None:
         while self._log_queue:
             batch, self._log_queue = self._log_queue, []
             try:
-                await self.store.append_logs([(task_id, lines) for task_id, lines, _ in batch])
-            except Exception as exc:
-                for _, _, done in batch:
-                    if not done.done():
-                        done.set_exception(exc)
-                continue
-            for _, _, done in batch:
-                if not done.done():
-                    done.set_result(None)
+                await self.store.append_logs(batch)
+            except Exception:
+                tasks = sorted({task_id for task_id, _ in batch})
+                logger.exception("could not store log lines of %s", ", ".join(tasks))
+            self._logs_written += len(batch)
+            waiting, self._log_flushes = self._log_flushes, []
+            for target, written in waiting:
+                if target > self._logs_written:
+                    self._log_flushes.append((target, written))
+                elif not written.done():
+                    written.set_result(None)
 
     async def finish(
         self,
@@ -175,6 +228,7 @@ class TaskTracker:
         branch_commit: str | None = None,
         change: str | None = None,
     ) -> TaskRecord | None:
+        await self.flush_logs()  # a task seen ended has its whole log
         if task_id in self._children:
             self._ended_here.add(task_id)
         record = await self.store.finish(
@@ -333,6 +387,7 @@ class TaskTracker:
         return await self.store.drain_finished(session_id)
 
     async def get(self, task_id: str) -> TaskDetail | None:
+        await self.flush_logs()
         record = await self.store.get(task_id)
         if record is None:
             return None
@@ -411,6 +466,7 @@ class TaskTracker:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
         await asyncio.gather(*self._notifications, return_exceptions=True)
+        await self.flush_logs()
 
 
 def _one_line(text: str, limit: int = 500) -> str:

@@ -385,21 +385,21 @@ async def test_worktrees_left_by_a_killed_replica_are_kept_when_it_starts_again(
 async def test_an_isolated_child_whose_run_crashes_keeps_its_work(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:
-    """A bug mid-run (here the task's log cannot be written once the child has edited a
-    file) ends the task failed; the edit stays on its branch, not in a stray worktree."""
+    """A bug mid-run (here logging the child's answer raises, once it has edited a file)
+    ends the task failed; the edit stays on its branch, not in a stray worktree."""
     write_coder(tmp_path)
     baton = await make_baton(tmp_path, fake_llm, permissions=WRITES)
     make_repo(baton.workspace.root)
     router = Router(fake_llm)
     router.main += [Reply(tool_calls=[task("edit", id="c")]), Reply(text="started")]
-    original = baton.tracker.store.append_logs
+    original = baton.tracker.append_log
 
-    async def failing(entries: list[tuple[str, list[str]]]) -> None:
-        if any(line.startswith("edited") for _, lines in entries for line in lines):
+    async def failing(task_id: str, *lines: str) -> None:
+        if any(line.startswith("edited") for line in lines):
             raise RuntimeError("the disk is full")
-        await original(entries)
+        await original(task_id, *lines)
 
-    baton.tracker.store.append_logs = failing  # type: ignore[method-assign]
+    baton.tracker.append_log = failing  # type: ignore[method-assign]
     router.default_child = edit_then_finish
     try:
         await run_turn(baton, "go")

@@ -1,0 +1,129 @@
+"""Background starts recorded together, and task logs that never hold a child up.
+
+A fan-out's task calls arrive at once: their starts are counted and recorded in one
+transaction, the session's limit still holding across them. Log lines are stored by
+one writer behind the child's back; ending or reading a task waits for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import event, text
+
+from bot.errors import TaskLimitReached
+from bot.store.database import Database
+from bot.store.instances import Instances
+from bot.store.models import SessionRow
+from bot.store.tasks import TaskStore
+from bot.subagents.tracker import TaskTracker
+
+
+@pytest.fixture
+async def database(tmp_path: Path) -> AsyncIterator[Database]:
+    database = Database(f"sqlite:///{tmp_path / 'baton.db'}")
+    await database.create_schema()
+    async with database.sessions() as session:
+        session.add(SessionRow(key="chat:t", kind="chat"))
+        session.add(SessionRow(key="chat:u", kind="chat"))
+        await session.commit()
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+@pytest.fixture
+async def tracker(database: Database) -> TaskTracker:
+    instances = Instances(database)
+    await instances.register()
+    return TaskTracker(TaskStore(database), instances, sweep_s=30.0)
+
+
+async def start(tracker: TaskTracker, n: int, *, session_id: int = 1, limit: int = 4) -> str:
+    record = await tracker.start_background(
+        limit=limit, session_id=session_id, channel_id=None, agent="explore",
+        description=f"job {n}", prompt=f"job {n}", started_by=None,
+    )  # fmt: skip
+    return record.id
+
+
+def count_commits(database: Database) -> list[int]:
+    commits = [0]
+
+    def committed(_connection: object) -> None:
+        commits[0] += 1
+
+    event.listen(database.engine.sync_engine, "commit", committed)
+    return commits
+
+
+async def test_a_fan_out_of_starts_is_one_transaction_within_the_limit(
+    tracker: TaskTracker, database: Database
+) -> None:
+    commits = count_commits(database)
+    outcomes = await asyncio.gather(
+        *(start(tracker, n) for n in range(6)),
+        start(tracker, 6, session_id=2),  # another session's limit is its own
+        return_exceptions=True,
+    )
+    started = [o for o in outcomes if isinstance(o, str)]
+    refused = [o for o in outcomes if isinstance(o, TaskLimitReached)]
+    assert len(started) == 5 and len(refused) == 2
+    assert outcomes[:4] == started[:4]  # the first asked got the places, in order
+    assert len(set(started)) == 5
+    assert commits[0] == 1  # seven starts, one transaction
+    assert await tracker.running_background(1) == 4
+    assert await tracker.running_background(2) == 1
+    # Once full, a later start is refused too: the limit counts what is stored.
+    with pytest.raises(TaskLimitReached):
+        await start(tracker, 7)
+
+
+async def test_a_start_whose_caller_went_away_is_ended_not_left_running(
+    tracker: TaskTracker,
+) -> None:
+    waiting = asyncio.create_task(start(tracker, 1))
+    await asyncio.sleep(0)  # queued, and the writer started
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    for _ in range(100):
+        records = await tracker.list(session_id=1, limit=5)
+        if records and records[0].state != "running":
+            break
+        await asyncio.sleep(0.02)
+    [record] = records
+    assert record.state == "cancelled" and record.error == "its start was cancelled"
+    assert await tracker.running_background(1) == 0
+
+
+async def test_log_lines_are_whole_and_in_order_when_the_task_is_read_or_ended(
+    tracker: TaskTracker,
+) -> None:
+    task_id = await start(tracker, 1)
+    for n in range(50):
+        await tracker.append_log(task_id, f"line {n}", f"more {n}")
+    detail = await tracker.get(task_id)
+    assert detail is not None
+    assert list(detail.log) == [line for n in range(50) for line in (f"line {n}", f"more {n}")]
+    await tracker.append_log(task_id, "last words")
+    await tracker.finish(task_id, state="completed", result="done")
+    assert (await tracker.store.log(task_id))[-1] == "last words"
+
+
+async def test_a_log_that_cannot_be_stored_never_stops_the_child(
+    tracker: TaskTracker, database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    task_id = await start(tracker, 1)
+    async with database.engine.begin() as connection:
+        await connection.execute(text("DROP TABLE task_log"))  # a real write failure
+    with caplog.at_level(logging.ERROR, logger="bot.subagents.tracker"):
+        await tracker.append_log(task_id, "→ write_file notes.txt")  # does not raise
+        record = await tracker.finish(task_id, state="completed", result="done")
+    assert record is not None and record.state == "completed"
+    assert f"could not store log lines of {task_id}" in caplog.text
