@@ -13,7 +13,7 @@ from sqlalchemy.engine import URL
 from bot.access.budgets import DailyBudgets
 from bot.config import Settings
 from bot.engine import Hook, LLMClient
-from bot.engine.tokens import TokenCounter
+from bot.engine.tokens import TokenCounter, load_encoding
 from bot.errors import ConfigError
 from bot.permissions.hook import PermissionHook
 from bot.redaction import Redactor
@@ -255,8 +255,14 @@ async def build_baton(settings: Settings) -> Baton:
     directories = site_directories(settings)
     try:
         # Each site is probed on its own: whom commands run as depends on its owner.
-        built = await asyncio.gather(
-            *(build_site(d, shared, others=[o for o in directories if o != d]) for d in directories)
+        built, _ = await asyncio.gather(
+            asyncio.gather(
+                *(
+                    build_site(d, shared, others=[o for o in directories if o != d])
+                    for d in directories
+                )
+            ),
+            asyncio.to_thread(load_encoding),
         )
     except BaseException:
         await openai_client.close()

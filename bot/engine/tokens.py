@@ -56,6 +56,12 @@ def _encoding() -> Any:
         return bpe_openai.get_encoding(ENCODING)
 
 
+def load_encoding() -> None:
+    """Build the tokenizer's tables now (a few tenths of a second of CPU), at start-up,
+    rather than in the first request of the first run."""
+    _encoding()
+
+
 @functools.lru_cache(maxsize=8192)
 def _count_text(text: str) -> int:
     encoding = _encoding()
