@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -266,16 +267,25 @@ class TaskStore:
                 .group_by(col(TaskRow.session_id))
             )
             running.update({session_id: count for session_id, count in counted.all()})
-            rows: list[TaskRow | None] = []
+            admitted: list[bool] = []
             for task in tasks:
-                if running[task.session_id] >= limit:
+                admitted.append(running[task.session_id] < limit)
+                running[task.session_id] += admitted[-1]
+            # Numbers a block per agent, the agents in order: two replicas' batches then
+            # take the sequence rows' locks in one order, never crosswise.
+            wanted = Counter(task.agent for task, ok in zip(tasks, admitted, strict=True) if ok)
+            numbers: dict[str, Iterator[int]] = {}
+            for agent in sorted(wanted):
+                last = await _take_numbers(session, agent, wanted[agent])
+                numbers[agent] = iter(range(last - wanted[agent] + 1, last + 1))
+            rows: list[TaskRow | None] = []
+            for task, ok in zip(tasks, admitted, strict=True):
+                if not ok:
                     rows.append(None)
                     continue
-                running[task.session_id] += 1
-                number = await _take_number(session, task.agent)
                 row = TaskRow(
                     owner=task.owner,
-                    id=f"task-{task.agent}-{number}",
+                    id=f"task-{task.agent}-{next(numbers[task.agent])}",
                     session_id=task.session_id,
                     channel_id=task.channel_id,
                     agent=task.agent,
@@ -587,16 +597,17 @@ class TaskStore:
         return failed
 
 
-async def _take_number(session: AsyncSession, agent: str) -> int:
-    """The agent's next task number, taken inside `session`'s transaction (an upsert)."""
+async def _take_numbers(session: AsyncSession, agent: str, count: int) -> int:
+    """Take the agent's next `count` task numbers inside `session`'s transaction (an
+    upsert); the last of them is returned."""
     bind = session.get_bind()
     insert = postgresql.insert if bind.dialect.name == "postgresql" else sqlite.insert
     statement = (
         insert(TaskSequenceRow)
-        .values(agent=agent, last=1)
+        .values(agent=agent, last=count)
         .on_conflict_do_update(
             index_elements=[col(TaskSequenceRow.agent)],
-            set_={"last": col(TaskSequenceRow.last) + 1},
+            set_={"last": col(TaskSequenceRow.last) + count},
         )
         .returning(col(TaskSequenceRow.last))
     )

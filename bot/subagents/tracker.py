@@ -141,38 +141,56 @@ class TaskTracker:
         self._start_queue.append((limit, task, recorded))
         if self._start_writer is None or self._start_writer.done():
             self._start_writer = asyncio.create_task(self._record_starts(), name="task-starts")
-        return await recorded
+        try:
+            return await recorded
+        except asyncio.CancelledError:
+            # Recorded, but its caller is gone before it could start the child.
+            if recorded.done() and not recorded.cancelled() and recorded.exception() is None:
+                await asyncio.shield(self._end_unstarted(recorded.result()))
+            raise
 
     async def _record_starts(self) -> None:
         while self._start_queue:
             batch, self._start_queue = self._start_queue, []
+            # Starts whose callers went away while queued take no place.
+            batch = [entry for entry in batch if not entry[2].done()]
             for limit in dict.fromkeys(limit for limit, _, _ in batch):
                 waiting = [(task, done) for each, task, done in batch if each == limit]
-                try:
-                    records = await self.store.create_backgrounds(
-                        limit, [task for task, _ in waiting]
-                    )
-                except Exception as exc:
-                    for _, done in waiting:
-                        if not done.done():
-                            done.set_exception(exc)
-                    continue
-                for (_, done), record in zip(waiting, records, strict=True):
-                    if record is None:
-                        if not done.done():
-                            done.set_exception(TaskLimitReached(limit))
-                    elif not done.done():
-                        done.set_result(record)
+                answers = await self._record_together(limit, waiting)
+                unstarted: list[TaskRecord] = []
+                for (_, done), answer in zip(waiting, answers, strict=True):
+                    if done.done():
+                        if isinstance(answer, TaskRecord):
+                            unstarted.append(answer)  # its caller went away meanwhile
+                    elif isinstance(answer, BaseException):
+                        done.set_exception(answer)
                     else:
-                        # Its caller went away meanwhile: no child will run it.
-                        try:
-                            await self.finish(
-                                record.id, state="cancelled", error="its start was cancelled"
-                            )
-                        except Exception:
-                            logger.exception(
-                                "could not end %s, whose start was cancelled", record.id
-                            )
+                        done.set_result(answer)
+                for record in unstarted:
+                    await self._end_unstarted(record)
+
+    async def _record_together(
+        self, limit: int, waiting: list[tuple[NewBackgroundTask, asyncio.Future[TaskRecord]]]
+    ) -> list[TaskRecord | BaseException]:
+        """Each start's record, or why it was not made. A batch the database refuses is
+        tried again one start at a time, so one bad start fails only itself."""
+        try:
+            records = await self.store.create_backgrounds(limit, [task for task, _ in waiting])
+        except Exception as exc:
+            if len(waiting) == 1:
+                return [exc]
+            answers: list[TaskRecord | BaseException] = []
+            for entry in waiting:
+                answers += await self._record_together(limit, [entry])
+            return answers
+        return [TaskLimitReached(limit) if record is None else record for record in records]
+
+    async def _end_unstarted(self, record: TaskRecord) -> None:
+        """A start recorded for a caller that went away: no child will run it."""
+        try:
+            await self.finish(record.id, state="cancelled", error="its start was cancelled")
+        except Exception:
+            logger.exception("could not end %s, whose start was cancelled", record.id)
 
     async def append_log(self, task_id: str, *lines: str) -> None:
         """Add lines to a task's log, without waiting for them to be stored.
@@ -202,17 +220,28 @@ class TaskTracker:
         while self._log_queue:
             batch, self._log_queue = self._log_queue, []
             try:
-                await self.store.append_logs(batch)
-            except Exception:
-                tasks = sorted({task_id for task_id, _ in batch})
-                logger.exception("could not store log lines of %s", ", ".join(tasks))
-            self._logs_written += len(batch)
-            waiting, self._log_flushes = self._log_flushes, []
-            for target, written in waiting:
-                if target > self._logs_written:
-                    self._log_flushes.append((target, written))
-                elif not written.done():
-                    written.set_result(None)
+                await self._store_logs(batch)
+            finally:
+                # Written or not, those entries are done with: nothing waits on them.
+                self._logs_written += len(batch)
+                waiting, self._log_flushes = self._log_flushes, []
+                for target, written in waiting:
+                    if target > self._logs_written:
+                        self._log_flushes.append((target, written))
+                    elif not written.done():
+                        written.set_result(None)
+
+    async def _store_logs(self, batch: list[tuple[str, tuple[str, ...]]]) -> None:
+        """Store a batch; one the database refuses is tried again entry by entry, so a
+        bad line loses only its own entry."""
+        try:
+            await self.store.append_logs(batch)
+        except Exception:
+            if len(batch) > 1:
+                for entry in batch:
+                    await self._store_logs([entry])
+                return
+            logger.exception("could not store log lines of %s", batch[0][0])
 
     async def finish(
         self,
@@ -457,6 +486,9 @@ class TaskTracker:
         running as interrupted by a restart and stop them, then wait for the notices."""
         if grace_s > 0:
             await self.settle(grace_s)
+        if self._start_writer is not None:
+            # Starts being recorded now are recorded before the running are ended.
+            await asyncio.gather(self._start_writer, return_exceptions=True)
         await self.interrupt()
         children = list(self._children.values())
         for child in children:

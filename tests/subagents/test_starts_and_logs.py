@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -84,15 +85,35 @@ async def test_a_fan_out_of_starts_is_one_transaction_within_the_limit(
         await start(tracker, 7)
 
 
-async def test_a_start_whose_caller_went_away_is_ended_not_left_running(
+async def test_a_start_whose_caller_went_away_while_queued_is_not_recorded(
     tracker: TaskTracker,
 ) -> None:
     waiting = asyncio.create_task(start(tracker, 1))
-    await asyncio.sleep(0)  # queued, and the writer started
+    await asyncio.sleep(0)  # queued; the writer has not taken it yet
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
-    for _ in range(100):
+    assert await start(tracker, 2, limit=1)  # it took no place
+    assert [r.description for r in await tracker.list(session_id=1, limit=5)] == ["job 2"]
+
+
+async def test_a_start_recorded_after_its_caller_went_away_is_ended_not_left_running(
+    tracker: TaskTracker, tmp_path: Path
+) -> None:
+    # Another process holds SQLite's write lock: the batch waits in the database.
+    other = sqlite3.connect(tmp_path / "baton.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        waiting = asyncio.create_task(start(tracker, 1))
+        await asyncio.sleep(0.3)  # the writer is inside its transaction, waiting
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    records = []
+    for _ in range(200):
         records = await tracker.list(session_id=1, limit=5)
         if records and records[0].state != "running":
             break
@@ -127,3 +148,24 @@ async def test_a_log_that_cannot_be_stored_never_stops_the_child(
         record = await tracker.finish(task_id, state="completed", result="done")
     assert record is not None and record.state == "completed"
     assert f"could not store log lines of {task_id}" in caplog.text
+
+
+async def test_one_start_the_database_refuses_fails_alone(tracker: TaskTracker) -> None:
+    """A prompt the driver cannot store (a lone surrogate, as a hostile model may send)
+    in the same batch as other starts: they are recorded, it alone fails."""
+
+    async def bad() -> str:
+        record = await tracker.start_background(
+            limit=8, session_id=1, channel_id=None, agent="explore", description="bad",
+            prompt="\ud800", started_by=None,
+        )  # fmt: skip
+        return record.id
+
+    outcomes = await asyncio.gather(
+        start(tracker, 1, limit=8), bad(), start(tracker, 2, limit=8), return_exceptions=True
+    )
+    assert isinstance(outcomes[0], str) and isinstance(outcomes[2], str)
+    assert isinstance(outcomes[1], Exception)
+    recorded = await tracker.list(session_id=1, limit=5)
+    assert sorted(r.description for r in recorded) == ["job 1", "job 2"]
+    assert len({r.id for r in recorded}) == 2
