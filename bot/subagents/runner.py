@@ -480,8 +480,15 @@ class SubAgentRunner:
         *,
         isolate: bool = False,
     ) -> TaskOutcome:
-        """Run the child (in its own worktree when isolated), then record how it ended."""
+        """Run the child (in its own worktree when isolated), then record how it ended.
+
+        An isolated child's worktree is checked out while its first model call is in
+        flight: its tools are built for the worktree's directory at once, and its first
+        tool call waits for the checkout. If the checkout fails, the run stops and the
+        task fails, saying why.
+        """
         tree: worktrees.Worktree | None = None
+        populating: asyncio.Task[worktrees.Worktree] | None = None
         tools = parent.tools
         hooks = parent.hooks if parent.hooks is not None else self.hooks
         where = parent.root or self.workspace
@@ -489,26 +496,40 @@ class SubAgentRunner:
             assert self.isolated is not None and self.worktrees_dir is not None
             try:
                 # From the site's checkout (see check_isolation), whoever the parent is.
-                tree = await worktrees.create(self.workspace, record.id, self.worktrees_dir)
+                planned = await worktrees.prepare(self.workspace, record.id, self.worktrees_dir)
             except worktrees.WorktreeError as exc:
-                error = f"could not make its worktree: {exc}"
-                await self.tracker.append_log(record.id, f"✗ {error}")
-                await self.tracker.finish(record.id, state="failed", error=error)
-                return _failed(record, definition, error)
+                return await self._worktree_failed(record, definition, exc)
+            populating = asyncio.create_task(
+                worktrees.populate(planned), name=f"{record.id}-worktree"
+            )
+            watch = _CheckoutWatch(asyncio.current_task())
+            populating.add_done_callback(watch)
         try:
-            if tree is not None:
+            if populating is not None:
                 assert self.isolated is not None
-                rebuilt, hooks = await self.isolated(tree.path)
+                rebuilt, site_hooks = await self.isolated(planned.path)
                 # The parent's workspace tools, rebuilt in the worktree; others as they are.
                 tools = ToolRegistry(rebuilt.get(tool.name) or tool for tool in parent.tools)
-                where = tree.path
+                hooks = (_when_checked_out(populating), *site_hooks)
+                where = planned.path
                 await self.tracker.append_log(
-                    record.id, f"Working in its own worktree on branch {tree.branch}"
+                    record.id, f"Working in its own worktree on branch {planned.branch}"
                 )
             ending = await self._drive(
                 record, definition, prompt, parent, approval, tools=tools, hooks=hooks, where=where
             )
-        except BaseException:
+            if populating is not None:
+                tree = await populating
+        except BaseException as exc:
+            if populating is not None:
+                tree = await asyncio.shield(_checked_out(populating))
+                failure = _failure(populating)
+                if failure is not None:
+                    if watch.stopped and watch.run is not None:
+                        watch.run.uncancel()  # that cancel was the watch's
+                        if watch.run.cancelling() and isinstance(exc, asyncio.CancelledError):
+                            raise  # somebody else's came too
+                    return await self._worktree_failed(record, definition, failure)
             # Cancelled, shut down or crashed: whatever the child did stays on its branch.
             if tree is not None:
                 await asyncio.shield(self._keep_work(record, tree))
@@ -548,6 +569,14 @@ class SubAgentRunner:
             branch=ending.branch,
             change=ending.change,
         )
+
+    async def _worktree_failed(
+        self, record: TaskRecord, definition: AgentDefinition, exc: BaseException
+    ) -> TaskOutcome:
+        error = f"could not make its worktree: {exc}"
+        await self.tracker.append_log(record.id, f"✗ {error}")
+        await self.tracker.finish(record.id, state="failed", error=error)
+        return _failed(record, definition, error)
 
     async def recover_worktree(self, record: TaskRecord) -> worktrees.Change | None:
         """Keep the work of an isolated child whose process died: commit what is in its
@@ -816,6 +845,46 @@ def _handoff_log(handoff: Handoff) -> list[str]:
     lines += [f"  limitation: {item}" for item in handoff.limitations]
     lines += [f"  claim: {claim.topic}: {claim.position}" for claim in handoff.claims]
     return lines
+
+
+def _when_checked_out(populating: asyncio.Task[worktrees.Worktree]) -> Hook:
+    """First in an isolated child's hooks: no tool runs before its worktree is there."""
+
+    async def checked_out(invocation: ToolInvocation) -> HookDecision | None:
+        try:
+            await asyncio.shield(populating)
+        except worktrees.WorktreeError as exc:
+            return HookDecision.deny(f"its worktree could not be made: {exc}")
+        return None
+
+    return checked_out
+
+
+class _CheckoutWatch:
+    """Cancels the child's run when its worktree cannot be made (`_run` then says why)."""
+
+    def __init__(self, run: asyncio.Task[object] | None) -> None:
+        self.run = run
+        self.stopped = False
+
+    def __call__(self, populating: asyncio.Task[worktrees.Worktree]) -> None:
+        if self.run is not None and _failure(populating) is not None:
+            self.stopped = True
+            self.run.cancel()
+
+
+def _failure(populating: asyncio.Task[worktrees.Worktree]) -> BaseException | None:
+    if not populating.done() or populating.cancelled():
+        return None
+    return populating.exception()
+
+
+async def _checked_out(populating: asyncio.Task[worktrees.Worktree]) -> worktrees.Worktree | None:
+    """The worktree once its checkout has ended; None when it failed."""
+    try:
+        return await populating
+    except Exception:
+        return None
 
 
 def _failed(record: TaskRecord, definition: AgentDefinition, error: str) -> TaskOutcome:

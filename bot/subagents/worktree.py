@@ -22,6 +22,8 @@ This code runs git outside the sandbox, on files a hostile model wrote, so:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import re
 import shutil
@@ -35,6 +37,8 @@ from bot.errors import BatonError
 
 _TASK_ID = re.compile(r"task-[a-z0-9-]+")
 _BRANCH = re.compile(r"baton/task-[a-z0-9-]+")
+logger = logging.getLogger(__name__)
+
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _MAX_TASK_ID = 100
 _FALLBACK_NAME = "Baton"
@@ -137,32 +141,69 @@ async def check_repository(repo: Path) -> None:
     await _head_commit(await _open_repo(repo))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Planned:
+    """A worktree's place, made ready (an empty directory) before git fills it."""
+
+    task_id: str
+    path: Path
+    branch: str
+    base: str
+    workspace: _Repo
+
+
 async def create(repo: Path, task_id: str, base_dir: Path) -> Worktree:
     """A new worktree at `<base_dir>/<task_id>` on a new branch `baton/<task_id>` from HEAD.
 
     The worktree is locked so `git worktree prune` leaves it alone while the task runs.
     """
+    return await populate(await prepare(repo, task_id, base_dir))
+
+
+async def prepare(repo: Path, task_id: str, base_dir: Path) -> Planned:
+    """The first half of `create`: the base commit, and the worktree's empty directory.
+
+    Quick (one git call), so the child's tools can be built for the directory while
+    `populate` checks the files out.
+    """
     _check_task_id(task_id)
     workspace, base = await _open_repo_at_head(repo)
     base_dir = await asyncio.to_thread(_prepare_base_dir, base_dir, workspace.top)
     path = base_dir / task_id
-    branch = f"baton/{task_id}"
+    try:
+        await asyncio.to_thread(path.mkdir)
+    except OSError as error:
+        raise WorktreeError(f"Could not make the worktree directory {path}: {error}") from error
+    return Planned(
+        task_id=task_id, path=path, branch=f"baton/{task_id}", base=base, workspace=workspace
+    )
+
+
+async def populate(planned: Planned) -> Worktree:
+    """The second half of `create`: git checks the base out in the prepared directory.
+
+    On failure the directory is removed again if it is still empty.
+    """
+    workspace, path = planned.workspace, planned.path
     # One at a time: `worktree add` reads every other worktree's admin dir, and fails
     # ("failed to read .../commondir") on one that a concurrent add or remove has half
     # made or half deleted (found with sixteen isolated children starting together).
     async with _repo_lock(workspace.common_dir):
         result = await workspace.run(
             "worktree", "add", "--quiet", "--lock", "--reason",
-            f"Baton task {task_id} is running", "-b", branch, "--", str(path), base,
+            f"Baton task {planned.task_id} is running", "-b", planned.branch, "--", str(path),
+            planned.base,
         )  # fmt: skip
     if result.returncode != 0:
-        raise WorktreeError(f"Could not create a worktree for {task_id}: {result.error}")
-    git_dir = await _new_worktree_git_dir(path, workspace)
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(path.rmdir)  # only while empty
+        raise WorktreeError(f"Could not create a worktree for {planned.task_id}: {result.error}")
+    git_dir = await _new_worktree_git_dir(path, workspace, planned.task_id)
     return Worktree(
         repo=workspace.top,
         path=path,
-        branch=branch,
-        base=base,
+        branch=planned.branch,
+        base=planned.base,
         git_dir=git_dir,
         repo_git_dir=workspace.git_dir,
     )
@@ -182,8 +223,8 @@ async def reopen(repo: Path, task_id: str, base_dir: Path) -> Worktree | None:
     workspace = await _open_repo(repo)
     git_dir = workspace.common_dir / "worktrees" / task_id
     branch = f"baton/{task_id}"
-    if not await asyncio.to_thread(git_dir.is_dir):
-        return None
+    if not await asyncio.to_thread(_admin_dir_of, git_dir, path):
+        return None  # no admin dir, or one of another worktree: nothing of ours to finish
     base = await _branch_commit(workspace, branch)
     if base is None:
         return None
@@ -215,7 +256,11 @@ async def finish(worktree: Worktree, *, message: str) -> Change | None:
             await _delete_branch(workspace, worktree.branch)
         return None
     files = await _numstat(git, worktree.base, tip)
-    await _remove_own_worktree(workspace, worktree)
+    try:
+        await _remove_own_worktree(workspace, worktree)
+    except WorktreeError as error:
+        # The work is on its branch already: a leftover directory must not lose it.
+        logger.warning("%s; its work is committed on %s", error, worktree.branch)
     return Change(branch=worktree.branch, commit=tip, files=files)
 
 
@@ -455,19 +500,20 @@ def _prepare_base_dir(base_dir: Path, top: Path) -> Path:
     return base_dir
 
 
-async def _new_worktree_git_dir(path: Path, workspace: _Repo) -> Path:
+async def _new_worktree_git_dir(path: Path, workspace: _Repo, task_id: str) -> Path:
     """The new worktree's admin dir, read from its `.git` file before the child has had
-    any chance to touch it."""
+    any chance to touch it: `<common dir>/worktrees/<task id>[<n>]`, nothing else."""
     try:
         pointer = await asyncio.to_thread((path / ".git").read_text, "utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise WorktreeError(f"Could not read the new worktree's .git file in {path}") from error
     named = pointer.removeprefix("gitdir: ").strip()
-    git_dir = Path(named)
+    # Relative with `worktree.useRelativePaths` (git 2.48+): from the worktree.
+    git_dir = _joined(path, named)
     if (
         not pointer.startswith("gitdir: ")
-        or not git_dir.is_absolute()
         or git_dir.parent != workspace.common_dir / "worktrees"
+        or not re.fullmatch(re.escape(task_id) + r"[0-9]*", git_dir.name)
     ):
         raise WorktreeError(f"Could not find the git directory of the new worktree {path}")
     return git_dir
@@ -519,10 +565,14 @@ async def _branch_state(git: _Git, worktree: Worktree) -> tuple[str | None, str,
     and the base's tree: one git call while the branch is there, as it normally is."""
     branch = f"refs/heads/{worktree.branch}"
     found = await git.run(
-        "rev-parse", f"{branch}^{{commit}}", f"{branch}^{{tree}}", f"{worktree.base}^{{tree}}"
+        "rev-parse",
+        f"{branch}^{{commit}}",
+        f"{branch}^{{tree}}",
+        f"{worktree.base}^{{tree}}",
+        "--",  # revisions only, never the names of files the child left
     )
     answers = found.text.split()
-    if found.returncode == 0 and len(answers) == 3:
+    if found.returncode == 0 and len(answers) == 4 and answers[3] == "--":
         return answers[0], answers[1], answers[2]
     existing = await _branch_commit(git, worktree.branch)
     parent_tree, base_tree = await _trees(git, existing or worktree.base, worktree.base)
@@ -599,9 +649,27 @@ async def _remove_own_worktree(workspace: _Repo, worktree: Worktree) -> None:
         raise WorktreeError(
             f"Could not remove the worktree at {worktree.path}: it is not where Baton makes them"
         )
-    async with _repo_lock(workspace.common_dir):
-        await asyncio.to_thread(_remove_tree, worktree.git_dir)
-    await asyncio.to_thread(_remove_tree, worktree.path)
+    try:
+        async with _repo_lock(workspace.common_dir):
+            await asyncio.to_thread(_remove_tree, worktree.git_dir)
+        await asyncio.to_thread(_remove_tree, worktree.path)
+    except OSError as error:
+        raise WorktreeError(f"Could not remove the worktree at {worktree.path}: {error}") from error
+
+
+def _admin_dir_of(git_dir: Path, path: Path) -> bool:
+    """Whether `git_dir` is the admin dir of the worktree at `path` (its `gitdir` file
+    names `path/.git`)."""
+    try:
+        named = (git_dir / "gitdir").read_text("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return _joined(git_dir, named) == path / ".git"
+
+
+def _joined(directory: Path, named: str) -> Path:
+    """`named` (absolute, or relative to `directory`) without `.` or `..` parts."""
+    return Path(os.path.normpath(directory / named))
 
 
 def _remove_tree(path: Path) -> None:

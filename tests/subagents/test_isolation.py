@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bot.config import PermissionsConfig
 from bot.store.tasks import TaskRecord
+from bot.subagents.worktree import _repo_lock
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
 from tests.subagents.harness import THREAD, Router, make_baton, run_turn, wait_finished
 
@@ -414,4 +415,69 @@ async def test_an_isolated_child_whose_run_crashes_keeps_its_work(
     assert record.state == "failed" and "the disk is full" in (record.error or "")
     assert record.branch == "baton/task-coder-1"
     assert git(baton.workspace.root, "show", "baton/task-coder-1:notes.txt") == "edit\n"
+    assert not (baton.settings.state_dir / "worktrees" / "task-coder-1").exists()
+
+
+async def test_an_isolated_childs_first_model_call_does_not_wait_for_its_checkout(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """The checkout runs while the child's first model call is in flight; its first
+    tool call waits for it. Here the checkout is held up (the repository's lock is
+    taken) until the child's model has answered."""
+    write_coder(tmp_path)
+    baton = await make_baton(tmp_path, fake_llm, permissions=WRITES)
+    make_repo(baton.workspace.root)
+    router = Router(fake_llm)
+    router.main += [Reply(tool_calls=[task("early", id="c")]), Reply(text="started")]
+    worktree = baton.settings.state_dir / "worktrees" / "task-coder-1"
+    seen: list[list[str]] = []
+    lock = _repo_lock(baton.workspace.root / ".git")
+    await lock.acquire()
+
+    def child(request: RecordedRequest) -> Reply:
+        if not seen:
+            seen.append(sorted(p.name for p in worktree.iterdir()))  # not checked out yet
+            lock.release()
+        return edit_then_finish(request)
+
+    router.default_child = child
+    try:
+        await run_turn(baton, "go")
+        record = await wait_finished(baton, "task-coder-1")
+    finally:
+        if lock.locked() and not seen:
+            lock.release()
+        await baton.close()
+    assert seen == [[]]  # the model was asked while the directory was still empty
+    assert record.state == "completed", record.error
+    assert git(baton.workspace.root, "show", "baton/task-coder-1:notes.txt") == "early\n"
+
+
+async def test_a_checkout_that_fails_mid_run_fails_the_task_and_runs_no_tool(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """A branch already named like the task's (planted, or left by another Baton) makes
+    the checkout fail after the child's model was asked: the run stops, the task fails
+    saying why, no tool ran, and the planted branch is left as it was."""
+    write_coder(tmp_path)
+    baton = await make_baton(tmp_path, fake_llm, permissions=WRITES)
+    root = baton.workspace.root
+    make_repo(root)
+    git(root, "branch", "baton/task-coder-1")
+    planted = git(root, "rev-parse", "baton/task-coder-1").strip()
+    router = Router(fake_llm)
+    router.main += [Reply(tool_calls=[task("blocked", id="c")]), Reply(text="started")]
+    router.default_child = edit_then_finish
+    try:
+        await run_turn(baton, "go")
+        record = await wait_finished(baton, "task-coder-1")
+        detail = await baton.tracker.get("task-coder-1")
+    finally:
+        await baton.close()
+    assert record.state == "failed"
+    assert "could not make its worktree" in (record.error or "")
+    assert "already exists" in (record.error or "")
+    assert detail is not None and not any(line.startswith("→ write_file") for line in detail.log)
+    assert git(root, "rev-parse", "baton/task-coder-1").strip() == planted
+    assert (root / "notes.txt").read_text() == "line one\n"
     assert not (baton.settings.state_dir / "worktrees" / "task-coder-1").exists()

@@ -22,6 +22,7 @@ from bot.subagents.worktree import (
     discard,
     finish,
     merge,
+    reopen,
 )
 
 SETUP_IDENTITY = ("-c", "user.name=Setup", "-c", "user.email=setup@example.com")
@@ -198,10 +199,29 @@ async def test_create_explains_what_is_wrong(tmp_path: Path, repo: Path, base_di
             await create(repo, bad, base_dir)
     with pytest.raises(WorktreeError, match="outside the workspace"):
         await create(repo, "task-a-1", repo / "worktrees")
-    await create(repo, "task-a-1", base_dir)
-    with pytest.raises(WorktreeError, match="Could not create a worktree for task-a-1"):
+    first = await create(repo, "task-a-1", base_dir)
+    with pytest.raises(WorktreeError, match=r"Could not make the worktree directory .*File exists"):
         await create(repo, "task-a-1", base_dir)
+    assert (first.path / "a.txt").exists()  # the first one is left as it was
+    # A branch of that name already (planted, or another Baton's): git refuses, and the
+    # directory made for it is removed again.
+    git(repo, "branch", "baton/task-a-2")
+    with pytest.raises(WorktreeError, match="Could not create a worktree for task-a-2"):
+        await create(repo, "task-a-2", base_dir)
+    assert not (base_dir / "task-a-2").exists()
     assert not (repo / "worktrees").exists()
+
+
+async def test_reopen_finds_only_its_own_worktree(repo: Path, base_dir: Path) -> None:
+    """After a restart, a directory named like a task under another state dir (two Batons
+    on one repository) is not taken for the worktree whose admin dir has that name:
+    finishing it would delete the other's admin dir."""
+    theirs = await create(repo, "task-o-1", base_dir)
+    mine = base_dir.parent.parent / "other-state" / "worktrees"
+    (mine / "task-o-1").mkdir(parents=True)
+    assert await reopen(repo, "task-o-1", mine) is None
+    found = await reopen(repo, "task-o-1", base_dir)
+    assert found is not None and found.git_dir == theirs.git_dir and found.path == theirs.path
 
 
 async def test_sixteen_children_edit_the_same_file_in_parallel(repo: Path, base_dir: Path) -> None:
