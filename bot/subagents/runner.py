@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -589,6 +590,10 @@ class SubAgentRunner:
             logger.warning("task %s: could not look for its worktree: %s", record.id, exc)
             return None
         if tree is None:
+            # A process that died between making the directory and checking it out
+            # left it empty: nothing to keep, so it goes (only while empty).
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread((self.worktrees_dir / record.id).rmdir)
             return None
         return await self._keep_work(record, tree)
 

@@ -373,6 +373,16 @@ async def test_worktrees_left_by_a_killed_replica_are_kept_when_it_starts_again(
         await baton.tracker.store.finish(
             failed.id, state="failed", result=None, error="interrupted by a restart"
         )
+        # Killed between making a worktree's directory and checking it out.
+        unstarted = await baton.tracker.store.create(
+            task_id="task-coder-10", session_id=session.id, channel_id="C1", agent="coder",
+            description="never checked out", prompt="p", background=True, started_by="U1",
+            owner=baton.instances.id,
+        )  # fmt: skip
+        await worktree.prepare(root, unstarted.id, base)
+        await baton.tracker.store.finish(
+            unstarted.id, state="failed", result=None, error="interrupted by a restart"
+        )
         await baton.recover_worktrees()
         task = (await baton.tracker.get(failed.id)).task  # type: ignore[union-attr]
     finally:
@@ -381,6 +391,7 @@ async def test_worktrees_left_by_a_killed_replica_are_kept_when_it_starts_again(
     assert git(root, "show", "baton/task-coder-9:notes.txt") == "left behind\n"
     assert not tree.path.exists()
     assert kept_tree.path.exists()  # a running task's worktree is left alone
+    assert not (base / "task-coder-10").exists()  # the empty directory is tidied
 
 
 async def test_an_isolated_child_whose_run_crashes_keeps_its_work(
