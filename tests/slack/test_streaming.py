@@ -219,7 +219,10 @@ async def test_appends_that_wait_on_the_budget_never_hold_the_answer_back(
     # No room for appends at all: the answer must still end whole, once, at once.
     starved = RateBudget(limits={**METHOD_LIMITS, "chat.appendStream": Limit(0.001, 1)})
     async for harness in start_harness(tmp_path, rate_budget=starved):
-        harness.llm.script(Reply(text=ANSWER, chunk_delay=0.002))
+        # Writing takes ~4 s: well past the stream's start, which waits for the channel's
+        # next slot (about a second after the progress message, later on a loaded
+        # machine). An answer done before it is posted whole, with no stream at all.
+        harness.llm.script(Reply(text=ANSWER, chunk_delay=0.01))
         ts = await harness.mention("tell me everything")
         await harness.settle()
         (stream_ts,) = streams(harness)
