@@ -156,7 +156,10 @@ async def test_an_urgent_call_is_not_delayed_by_a_flood_of_progress() -> None:
             task.cancel()
         await asyncio.gather(*flooders, return_exceptions=True)
     assert progress_calls >= 3  # the flood did get the spare capacity
-    assert max(delays) < 0.05, delays  # and never stood in an urgent call's way
+    # ... and never stood in an urgent call's way: a slot taken from it would cost it an
+    # interval (0.1 s) every time. The median, so that one stall of a loaded machine
+    # (a collection) is not taken for it.
+    assert sorted(delays)[len(delays) // 2] < 0.05, delays
 
 
 async def test_progress_is_starved_by_urgent_load_not_refused() -> None:
@@ -190,7 +193,7 @@ async def test_a_stream_uses_half_the_burst_progress_none() -> None:
     assert not stream.done() and not progress.done()  # 3 s of debt: above half the burst
     began = time.monotonic()
     await budget.acquire("chat.appendStream", None, Priority.URGENT)  # no wait: within burst
-    assert time.monotonic() - began < 0.05
+    assert time.monotonic() - began < 0.5  # a wait for its slot would be a second
     for task in (stream, progress):
         task.cancel()
     await asyncio.gather(stream, progress, return_exceptions=True)
