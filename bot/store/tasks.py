@@ -195,37 +195,6 @@ class TaskStore:
             await session.commit()
             return _record(row)
 
-    async def create_background(
-        self,
-        *,
-        limit: int,
-        session_id: int,
-        channel_id: str | None,
-        agent: str,
-        description: str,
-        prompt: str,
-        started_by: str | None,
-        owner: str | None = None,
-        parent_id: str | None = None,
-        depth: int = 1,
-        group: str | None = None,
-    ) -> TaskRecord | None:
-        """Record one new running background task (see `create_backgrounds`)."""
-        task = NewBackgroundTask(
-            session_id=session_id,
-            channel_id=channel_id,
-            agent=agent,
-            description=description,
-            prompt=prompt,
-            started_by=started_by,
-            owner=owner,
-            parent_id=parent_id,
-            depth=depth,
-            group=group,
-        )
-        [record] = await self.create_backgrounds(limit, [task])
-        return record
-
     async def create_backgrounds(
         self, limit: int, tasks: Sequence[NewBackgroundTask]
     ) -> list[TaskRecord | None]:
