@@ -520,16 +520,21 @@ class SubAgentRunner:
                 record, definition, prompt, parent, approval, tools=tools, hooks=hooks, where=where
             )
             if populating is not None:
+                watch.disarm()  # from here a failed checkout raises where it is awaited
                 tree = await populating
         except BaseException as exc:
             if populating is not None:
+                watch.disarm()
+                if watch.stopped:
+                    current = asyncio.current_task()
+                    assert current is not None
+                    current.uncancel()  # that cancel was the watch's
+                    if current.cancelling() and isinstance(exc, asyncio.CancelledError):
+                        raise  # somebody else's came too
                 tree = await asyncio.shield(_checked_out(populating))
                 failure = _failure(populating)
-                if failure is not None:
-                    if watch.stopped and watch.run is not None:
-                        watch.run.uncancel()  # that cancel was the watch's
-                        if watch.run.cancelling() and isinstance(exc, asyncio.CancelledError):
-                            raise  # somebody else's came too
+                cancelled = isinstance(exc, asyncio.CancelledError) and not watch.stopped
+                if failure is not None and not cancelled:
                     return await self._worktree_failed(record, definition, failure)
             # Cancelled, shut down or crashed: whatever the child did stays on its branch.
             if tree is not None:
@@ -876,6 +881,10 @@ class _CheckoutWatch:
         if self.run is not None and _failure(populating) is not None:
             self.stopped = True
             self.run.cancel()
+
+    def disarm(self) -> None:
+        """The run no longer waits on its drive: a failure is seen where it is awaited."""
+        self.run = None
 
 
 def _failure(populating: asyncio.Task[worktrees.Worktree]) -> BaseException | None:

@@ -492,3 +492,49 @@ async def test_a_checkout_that_fails_mid_run_fails_the_task_and_runs_no_tool(
     assert git(root, "rev-parse", "baton/task-coder-1").strip() == planted
     assert (root / "notes.txt").read_text() == "line one\n"
     assert not (baton.settings.state_dir / "worktrees" / "task-coder-1").exists()
+
+
+async def test_a_child_cancelled_before_its_checkout_leaves_nothing_behind(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """Cancelled from /tasks while its first model call is in flight and its checkout is
+    still held up: the task ends cancelled, and once the checkout is done its worktree
+    and branch (nothing in them) are removed."""
+    write_coder(tmp_path)
+    baton = await make_baton(tmp_path, fake_llm, permissions=WRITES)
+    root = baton.workspace.root
+    make_repo(root)
+    router = Router(fake_llm)
+    router.main += [Reply(tool_calls=[task("late", id="c")]), Reply(text="started")]
+    asked = asyncio.Event()
+    hold = asyncio.Event()
+    lock = _repo_lock(root / ".git")
+    await lock.acquire()
+
+    async def hang(request: RecordedRequest) -> Reply:
+        asked.set()
+        await hold.wait()
+        return Reply(text="never")
+
+    router.default_child = hang
+    try:
+        await run_turn(baton, "go")
+        await asyncio.wait_for(asked.wait(), 10)
+        cancelling = asyncio.create_task(baton.tracker.cancel("task-coder-1", by="<@U1>"))
+        await asyncio.sleep(0.1)  # the cancel waits for the child, which waits for git
+        lock.release()
+        await cancelling
+        record = await wait_finished(baton, "task-coder-1")
+        worktree = baton.settings.state_dir / "worktrees" / "task-coder-1"
+        for _ in range(100):
+            if not worktree.exists():
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        hold.set()
+        if lock.locked():
+            lock.release()
+        await baton.close()
+    assert record.state == "cancelled" and record.branch is None
+    assert not worktree.exists()
+    assert "baton/" not in git(root, "branch", "--list")
