@@ -42,8 +42,8 @@ GROUP_WAIT = timedelta(minutes=30)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class NewBackgroundTask:
-    """A background task to record (`TaskStore.create_backgrounds`)."""
+class NewTask:
+    """A task to record: who runs what, where (`TaskStore.create`, `create_backgrounds`)."""
 
     session_id: int
     channel_id: str | None
@@ -99,6 +99,23 @@ class TaskDetail:
 
     task: TaskRecord
     log: tuple[str, ...]
+
+
+def _task_row(task: NewTask, task_id: str, *, background: bool) -> TaskRow:
+    return TaskRow(
+        owner=task.owner,
+        id=task_id,
+        session_id=task.session_id,
+        channel_id=task.channel_id,
+        agent=task.agent,
+        description=task.description,
+        prompt=task.prompt,
+        background=background,
+        started_by=task.started_by,
+        parent_id=task.parent_id,
+        depth=task.depth,
+        group_name=task.group,
+    )
 
 
 def _record(row: TaskRow) -> TaskRecord:
@@ -176,27 +193,26 @@ class TaskStore:
         depth: int = 1,
         group: str | None = None,
     ) -> TaskRecord:
-        row = TaskRow(
-            owner=owner,
-            id=task_id,
+        task = NewTask(
             session_id=session_id,
             channel_id=channel_id,
             agent=agent,
             description=description,
             prompt=prompt,
-            background=background,
             started_by=started_by,
+            owner=owner,
             parent_id=parent_id,
             depth=depth,
-            group_name=group,
+            group=group,
         )
+        row = _task_row(task, task_id, background=background)
         async with self.database.sessions() as session:
             session.add(row)
             await session.commit()
             return _record(row)
 
     async def create_backgrounds(
-        self, limit: int, tasks: Sequence[NewBackgroundTask]
+        self, limit: int, tasks: Sequence[NewTask]
     ) -> list[TaskRecord | None]:
         """Record new running background tasks with new ids, in order, each unless its
         session has `limit` running already (counting the ones recorded before it here):
@@ -252,20 +268,8 @@ class TaskStore:
                 if not ok:
                     rows.append(None)
                     continue
-                row = TaskRow(
-                    owner=task.owner,
-                    id=f"task-{task.agent}-{next(numbers[task.agent])}",
-                    session_id=task.session_id,
-                    channel_id=task.channel_id,
-                    agent=task.agent,
-                    description=task.description,
-                    prompt=task.prompt,
-                    background=True,
-                    started_by=task.started_by,
-                    parent_id=task.parent_id,
-                    depth=task.depth,
-                    group_name=task.group,
-                )
+                task_id = f"task-{task.agent}-{next(numbers[task.agent])}"
+                row = _task_row(task, task_id, background=True)
                 session.add(row)
                 rows.append(row)
             await session.commit()

@@ -15,7 +15,7 @@ from bot.engine.messages import ChatMessage
 from bot.errors import SteeringFull, TaskLimitReached
 from bot.store.instances import Instances
 from bot.store.signals import TASK, Signals, Subscription
-from bot.store.tasks import NewBackgroundTask, TaskDetail, TaskRecord, TaskState, TaskStore
+from bot.store.tasks import NewTask, TaskDetail, TaskRecord, TaskState, TaskStore
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class TaskTracker:
         self._log_writer: asyncio.Task[None] | None = None
         # Background starts waiting for the writer, each with the future its caller
         # awaits: starts asked for meanwhile are recorded in one transaction.
-        self._start_queue: list[tuple[int, NewBackgroundTask, asyncio.Future[TaskRecord]]] = []
+        self._start_queue: list[tuple[int, NewTask, asyncio.Future[TaskRecord]]] = []
         self._start_writer: asyncio.Task[None] | None = None
 
     def on_finish(self, callback: FinishCallback) -> None:
@@ -125,7 +125,7 @@ class TaskTracker:
         Raises:
             TaskLimitReached: The session has `limit` background tasks running.
         """
-        task = NewBackgroundTask(
+        task = NewTask(
             session_id=session_id,
             channel_id=channel_id,
             agent=agent,
@@ -170,7 +170,7 @@ class TaskTracker:
                     await self._end_unstarted(record)
 
     async def _record_together(
-        self, limit: int, waiting: list[tuple[NewBackgroundTask, asyncio.Future[TaskRecord]]]
+        self, limit: int, waiting: list[tuple[NewTask, asyncio.Future[TaskRecord]]]
     ) -> list[TaskRecord | BaseException]:
         """Each start's record, or why it was not made. A batch the database refuses is
         tried again one start at a time, so one bad start fails only itself."""

@@ -11,7 +11,7 @@ import pytest
 
 from bot.store import Database, SessionKey, SessionStore
 from bot.store.models import utcnow
-from bot.store.tasks import NewBackgroundTask, TaskStore
+from bot.store.tasks import NewTask, TaskStore
 
 THREAD = SessionKey.slack_thread(team_id="T1", channel_id="C1", thread_ts="1.1")
 
@@ -28,7 +28,7 @@ async def store(tmp_path: Path) -> AsyncIterator[tuple[TaskStore, int]]:
 async def start(
     tasks: TaskStore, session_id: int, name: str, *, parent: str | None = None, group: str
 ) -> str:
-    task = NewBackgroundTask(
+    task = NewTask(
         session_id=session_id, channel_id="C1", agent=name, description="", prompt="p",
         started_by="U1", parent_id=parent, group=group,
     )  # fmt: skip
