@@ -48,6 +48,7 @@ __all__ = [
     "ErrorReply",
     "FakeOpenAI",
     "Hang",
+    "RawStream",
     "RecordedRequest",
     "Reply",
     "Responder",
@@ -214,7 +215,17 @@ class Hang:
     """Never answer: hold the request until the client gives up or the server stops."""
 
 
-ScriptedReply = Reply | ErrorReply | Hang
+@dataclass(frozen=True, kw_only=True)
+class RawStream:
+    """A streamed answer written exactly as given: each event is sent as one SSE
+    `data:` line (JSON-encoded unless it is a str), then `data: [DONE]`. For the odd
+    chunks some compatible servers send."""
+
+    events: Sequence[object]
+    delay: float = 0.0
+
+
+ScriptedReply = Reply | ErrorReply | Hang | RawStream
 Scripted = ScriptedReply | ErrorBurst
 Responder = Callable[["RecordedRequest"], "ScriptedReply | Awaitable[ScriptedReply]"]
 
@@ -324,10 +335,10 @@ REQUEST_OVERHEAD_TOKENS = 3
 _encoding: Any = None
 
 
-def _tokens(text: str) -> int:
+def _load_encoding() -> Any:
+    """The fake's own o200k tokenizer, built once per process (a few tenths of a second:
+    `start` builds it in a thread, so it is not part of the first answer's latency)."""
     global _encoding
-    if not text:
-        return 0
     if _encoding is None:
         # bpe_openai reads its tables with importlib.resources.open_binary, deprecated.
         with warnings.catch_warnings():
@@ -335,7 +346,13 @@ def _tokens(text: str) -> int:
             import bpe_openai
 
             _encoding = bpe_openai.get_encoding("o200k_base")
-    return len(_encoding.encode_ordinary(text))
+    return _encoding
+
+
+def _tokens(text: str) -> int:
+    if not text:
+        return 0
+    return len(_load_encoding().encode_ordinary(text))
 
 
 def count_prompt_tokens(body: dict[str, Any]) -> int:
@@ -438,6 +455,8 @@ class FakeOpenAI:
         """Start listening on 127.0.0.1 with an ephemeral port."""
         if self._runner is not None:
             raise RuntimeError("FakeOpenAI already started")
+        if _encoding is None:
+            await asyncio.to_thread(_load_encoding)
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle_chat)
         app.router.add_get("/v1/models", self._handle_models)
@@ -493,7 +512,7 @@ class FakeOpenAI:
                 answered in order.
         """
         for reply in replies:
-            if not isinstance(reply, Reply | ErrorReply | Hang | ErrorBurst):
+            if not isinstance(reply, Reply | ErrorReply | Hang | RawStream | ErrorBurst):
                 raise TypeError(f"not a scripted reply: {reply!r}")
         self._queue.extend(replies)
 
@@ -534,7 +553,7 @@ class FakeOpenAI:
             except Exception as exc:
                 self.errors.append(exc)
                 return ErrorReply(status=500, message=f"FakeOpenAI: responder raised {exc!r}")
-            if not isinstance(result, Reply | ErrorReply | Hang):
+            if not isinstance(result, Reply | ErrorReply | Hang | RawStream):
                 message = f"FakeOpenAI: responder returned {result!r}"
                 self.errors.append(TypeError(message))
                 return ErrorReply(status=500, message=message)
@@ -651,6 +670,8 @@ class FakeOpenAI:
                 status=reply.status,
                 headers=reply.headers(),
             )
+        if isinstance(reply, RawStream):
+            return await self._raw_stream(request, reply)
         if recorded.stream:
             return await self._stream(request, recorded, reply, model)
         return web.json_response(self._completion(recorded, reply, model))
@@ -686,6 +707,18 @@ class FakeOpenAI:
             ],
             "usage": self._usage(reply, recorded),
         }
+
+    async def _raw_stream(self, request: web.Request, reply: RawStream) -> web.StreamResponse:
+        response = web.StreamResponse(
+            status=200, headers={"Content-Type": "text/event-stream; charset=utf-8"}
+        )
+        await response.prepare(request)
+        for event in reply.events:
+            data = event if isinstance(event, str) else json.dumps(event)
+            await response.write(f"data: {data}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     async def _stream(
         self, request: web.Request, recorded: RecordedRequest, reply: Reply, model: str
