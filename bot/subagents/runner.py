@@ -251,7 +251,8 @@ class SubAgentRunner:
         self.isolated = isolated
         self.worktrees_dir = worktrees_dir
         # When each directory was last found to be a repository with a commit.
-        self._repository_seen: dict[Path, float] = {}
+        # Per checkout: when its last check began, and that check (done or in flight).
+        self._repository_checks: dict[Path, tuple[float, asyncio.Future[None]]] = {}
 
     def may_delegate(self, definition: AgentDefinition, depth: int) -> bool:
         """Whether an agent running at `depth` holds a `task` tool of its own."""
@@ -312,13 +313,23 @@ class SubAgentRunner:
         # its own, whose config would run programs when Baton's git opens it.
         root = self.workspace
         loop = asyncio.get_running_loop()
-        if loop.time() - self._repository_seen.get(root, -REPOSITORY_CHECK_S) < REPOSITORY_CHECK_S:
-            return  # a fan-out of isolated children asks once, not once per child
+        # A fan-out of isolated children asks once, not once per child: a check in
+        # flight is shared, a passed one holds for REPOSITORY_CHECK_S, a failed one not.
+        began, check = self._repository_checks.get(root, (0.0, None))
+        if check is None or (
+            check.done()
+            and (
+                check.cancelled()
+                or check.exception() is not None
+                or loop.time() - began >= REPOSITORY_CHECK_S
+            )
+        ):
+            check = asyncio.ensure_future(worktrees.check_repository(root))
+            self._repository_checks[root] = (loop.time(), check)
         try:
-            await worktrees.check_repository(root)
+            await asyncio.shield(check)  # one caller cancelled leaves it to the others
         except worktrees.WorktreeError as exc:
             raise ToolError(f"{exc}; the sub-agent was not started") from exc
-        self._repository_seen[root] = loop.time()
 
     async def run_foreground(
         self,
@@ -496,25 +507,28 @@ class SubAgentRunner:
         if isolate:
             assert self.isolated is not None and self.worktrees_dir is not None
             try:
-                # From the site's checkout (see check_isolation), whoever the parent is.
-                planned = await worktrees.prepare(self.workspace, record.id, self.worktrees_dir)
+                path = await asyncio.to_thread(
+                    worktrees.make_place, self.worktrees_dir, record.id, self.workspace
+                )
             except worktrees.WorktreeError as exc:
                 return await self._worktree_failed(record, definition, exc)
+            # From the site's checkout (see check_isolation), whoever the parent is.
             populating = asyncio.create_task(
-                worktrees.populate(planned), name=f"{record.id}-worktree"
+                worktrees.create_in(self.workspace, path), name=f"{record.id}-worktree"
             )
             watch = _CheckoutWatch(asyncio.current_task())
             populating.add_done_callback(watch)
         try:
             if populating is not None:
                 assert self.isolated is not None
-                rebuilt, site_hooks = await self.isolated(planned.path)
+                rebuilt, site_hooks = await self.isolated(path)
                 # The parent's workspace tools, rebuilt in the worktree; others as they are.
                 tools = ToolRegistry(rebuilt.get(tool.name) or tool for tool in parent.tools)
                 hooks = (_when_checked_out(populating), *site_hooks)
-                where = planned.path
+                where = path
                 await self.tracker.append_log(
-                    record.id, f"Working in its own worktree on branch {planned.branch}"
+                    record.id,
+                    f"Working in its own worktree on branch {worktrees.branch_name(record.id)}",
                 )
             ending = await self._drive(
                 record, definition, prompt, parent, approval, tools=tools, hooks=hooks, where=where

@@ -160,12 +160,56 @@ async def create(repo: Path, task_id: str, base_dir: Path) -> Worktree:
     return await populate(await prepare(repo, task_id, base_dir))
 
 
+def make_place(base_dir: Path, task_id: str, repo: Path) -> Path:
+    """The empty directory `<base_dir>/<task_id>` for `create_in`, made before git is
+    asked anything, so the child's tools can be built for it at once. Blocking.
+
+    Raises:
+        WorktreeError: A bad task id, `base_dir` inside `repo`, or no directory could be
+            made (one already there is never reused).
+    """
+    _check_task_id(task_id)
+    base_dir = _prepare_base_dir(base_dir, repo.resolve())
+    path = base_dir / task_id
+    try:
+        path.mkdir()
+    except OSError as error:
+        raise WorktreeError(f"Could not make the worktree directory {path}: {error}") from error
+    return path
+
+
+async def create_in(repo: Path, path: Path) -> Worktree:
+    """`create` in the directory `make_place` made (its name is the task id): the base
+    commit is read, then `populate`. On failure the directory is removed while empty."""
+    task_id = path.name
+    try:
+        _check_task_id(task_id)
+        workspace, base = await _open_repo_at_head(repo)
+        if path.parent.is_relative_to(workspace.top):
+            raise WorktreeError(
+                f"Worktrees must live outside the workspace; {path.parent} is inside "
+                f"{workspace.top}"
+            )
+    except WorktreeError:
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(path.rmdir)  # only while empty
+        raise
+    return await populate(
+        Planned(
+            task_id=task_id, path=path, branch=branch_name(task_id), base=base,
+            workspace=workspace,
+        )
+    )  # fmt: skip
+
+
+def branch_name(task_id: str) -> str:
+    """The branch `create` makes for `task_id`."""
+    return f"baton/{task_id}"
+
+
 async def prepare(repo: Path, task_id: str, base_dir: Path) -> Planned:
     """The first half of `create`: the base commit, and the worktree's empty directory.
-
-    Quick (one git call), so the child's tools can be built for the directory while
-    `populate` checks the files out.
-    """
+    Quick: one git call."""
     _check_task_id(task_id)
     workspace, base = await _open_repo_at_head(repo)
     base_dir = await asyncio.to_thread(_prepare_base_dir, base_dir, workspace.top)
@@ -175,7 +219,7 @@ async def prepare(repo: Path, task_id: str, base_dir: Path) -> Planned:
     except OSError as error:
         raise WorktreeError(f"Could not make the worktree directory {path}: {error}") from error
     return Planned(
-        task_id=task_id, path=path, branch=f"baton/{task_id}", base=base, workspace=workspace
+        task_id=task_id, path=path, branch=branch_name(task_id), base=base, workspace=workspace
     )
 
 
@@ -222,7 +266,7 @@ async def reopen(repo: Path, task_id: str, base_dir: Path) -> Worktree | None:
         return None
     workspace = await _open_repo(repo)
     git_dir = workspace.common_dir / "worktrees" / task_id
-    branch = f"baton/{task_id}"
+    branch = branch_name(task_id)
     if not await asyncio.to_thread(_admin_dir_of, git_dir, path):
         return None  # no admin dir, or one of another worktree: nothing of ours to finish
     base = await _branch_commit(workspace, branch)
@@ -490,7 +534,8 @@ async def _head_commit(workspace: _Repo) -> str:
 
 
 def _prepare_base_dir(base_dir: Path, top: Path) -> Path:
-    """Create the worktrees' parent; inside the workspace it would show up in its status."""
+    """Create the worktrees' parent; inside the workspace it would show up in its status.
+    `top` is resolved."""
     base_dir = base_dir.resolve()
     if base_dir.is_relative_to(top):
         raise WorktreeError(

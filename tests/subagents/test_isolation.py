@@ -148,6 +148,37 @@ async def test_a_workspace_that_is_not_a_repository_refuses_before_starting(
         assert "is not a git repository" in content and "was not started" in content
 
 
+async def test_a_refused_repository_check_is_not_remembered(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """The check is shared by a fan-out and a passed one is kept a few seconds; a failed
+    one is not: once the workspace is a repository, the next isolated child starts."""
+    write_coder(tmp_path)
+    baton = await make_baton(tmp_path, fake_llm, permissions=WRITES)
+    router = Router(fake_llm)
+    router.main += [
+        Reply(tool_calls=[task(f"early {n}", id=f"e{n}", background=False) for n in range(3)]),
+        Reply(text="not a repository yet"),
+        Reply(tool_calls=[task("late", id="late", background=False)]),
+        Reply(text="done"),
+    ]
+    router.default_child = edit_then_finish
+    try:
+        await run_turn(baton, "too early")
+        assert await baton.tracker.list(session_id=1) == []
+        make_repo(baton.workspace.root)
+        await run_turn(baton, "now")
+        [record] = await baton.tracker.list(session_id=1)
+    finally:
+        await baton.close()
+    early = router.main_requests()[1]
+    for n in range(3):
+        content = next(m["content"] for m in early.messages if m.get("tool_call_id") == f"e{n}")
+        assert "is not a git repository" in content and "was not started" in content
+    assert record.state == "completed", record.error
+    assert git(baton.workspace.root, "show", f"{record.branch}:notes.txt") == "late\n"
+
+
 async def test_an_isolated_childs_tools_stay_in_its_worktree(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:

@@ -19,8 +19,10 @@ from bot.subagents.worktree import (
     Worktree,
     WorktreeError,
     create,
+    create_in,
     discard,
     finish,
+    make_place,
     merge,
     reopen,
 )
@@ -210,6 +212,42 @@ async def test_create_explains_what_is_wrong(tmp_path: Path, repo: Path, base_di
         await create(repo, "task-a-2", base_dir)
     assert not (base_dir / "task-a-2").exists()
     assert not (repo / "worktrees").exists()
+
+
+async def test_a_place_made_first_is_filled_or_given_back(
+    tmp_path: Path, repo: Path, base_dir: Path
+) -> None:
+    """The runner makes the directory before git is asked anything (the child's tools are
+    built for it at once), then `create_in` fills it in the background."""
+    place = make_place(base_dir, "task-q-1", repo)
+    assert place == base_dir / "task-q-1" and place.is_dir() and not any(place.iterdir())
+    tree = await create_in(repo, place)
+    assert tree.path == place and tree.branch == "baton/task-q-1" and tree.base == head(repo)
+    assert (place / "a.txt").read_text() == "one\ntwo\nthree\n"
+    # One already there is never reused, whoever made it.
+    with pytest.raises(WorktreeError, match="Could not make the worktree directory"):
+        make_place(base_dir, "task-q-1", repo)
+    for bad in ("task-../../x", "--force", "task-a/b"):
+        with pytest.raises(WorktreeError, match="Invalid task id"):
+            make_place(base_dir, bad, repo)
+    with pytest.raises(WorktreeError, match="outside the workspace"):
+        make_place(repo / "worktrees", "task-q-2", repo)
+    assert not (repo / "worktrees").exists()
+    # The site's directory is a subdirectory of the repository, the worktrees' parent
+    # another one: only git knows the top, so `create_in` refuses and gives the place back.
+    (repo / "site").mkdir()
+    inside = make_place(repo / "wt", "task-q-3", repo / "site")
+    with pytest.raises(WorktreeError, match="outside the workspace"):
+        await create_in(repo / "site", inside)
+    assert not inside.exists()
+    # Not a repository: refused, and the empty directory goes too.
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    lonely = make_place(base_dir, "task-q-4", plain)
+    with pytest.raises(WorktreeError, match="is not a git repository"):
+        await create_in(plain, lonely)
+    assert not lonely.exists()
+    assert branches(repo) == ["baton/task-q-1", "main"]
 
 
 async def test_reopen_finds_only_its_own_worktree(repo: Path, base_dir: Path) -> None:
