@@ -329,9 +329,13 @@ class Engine:
                             name=call.name,
                         )
                     )
+                late: list[ChatMessage] = []
                 if turns < self.max_turns and self._budget_note() is None:
-                    for message in inbox() if inbox else ():
+                    late = list(inbox()) if inbox else []
+                    for message in late:
                         add(message)
+                if not late and self._ended_by(response.tool_calls, outcomes):
+                    break  # its result is handed back: no model call is left to make
                 if turns >= self.max_turns:
                     stop = "max_turns"
                     note = (
@@ -345,6 +349,14 @@ class Engine:
             emit(ErrorEvent(message=f"The model call failed: {exc}"))
             stop = "error"
         emit(Done(final_text=last_text, usage=usage, turns=turns, stop_reason=stop))
+
+    def _ended_by(self, calls: Sequence[ToolCall], outcomes: Sequence[_CallOutcome]) -> bool:
+        """Whether a call that ends the run (`Tool.ends_run`) succeeded among `calls`."""
+        for call, outcome in zip(calls, outcomes, strict=True):
+            tool = self.tools.get(call.name)
+            if tool is not None and tool.ends_run and not outcome.is_error:
+                return True
+        return False
 
     def _budget_note(self) -> str | None:
         return self.meter.exhausted() if self.meter is not None else None

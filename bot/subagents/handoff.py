@@ -143,7 +143,8 @@ class SubmitResultArgs(ToolArguments):
 
 SUBMIT_RESULT_DESCRIPTION = """\
 Hand your result back to the agent that started you. Call this exactly once, at the end, \
-when your work is done (or when you cannot go on), then reply with one short line and stop. \
+when your work is done (or when you cannot go on): it ends your run as soon as the other \
+calls of the same response are done, so nothing you do after it is seen. \
 Status: complete = you answered fully and the evidence shows it; blocked = you could not \
 proceed, and limitations say what is needed; uncertain = you have an answer you are not \
 sure of, and limitations say why. Put your whole result in answer: the parent sees nothing \
@@ -165,9 +166,11 @@ class SubmitResult(Tool):
     # It only records a value Baton keeps for this run.
     read_only = True
     control = True
+    ends_run = True
     main_argument = None
 
-    # A model that keeps submitting is told to stop; its last valid result stands.
+    # A model that submits several times in one response is told to stop; its last
+    # valid result stands.
     MAX_SUBMISSIONS = 3
 
     def __init__(self) -> None:
@@ -179,7 +182,7 @@ class SubmitResult(Tool):
             raise ToolError(
                 f"your result was recorded {self.submissions} times already (status: "
                 f"{self.handoff.status if self.handoff else 'none'}); do not call "
-                f"{self.name} again: end now with one short line"
+                f"{self.name} again"
             )
         if args.status != "complete" and not args.limitations:
             raise ToolArgumentsError(
@@ -213,7 +216,7 @@ class SubmitResult(Tool):
         recorded = f"Result recorded (status: {handoff.status})"
         if replaced:
             recorded += ", replacing the result you submitted before"
-        return f"{recorded}. End now: reply with one short line; do not call more tools."
+        return f"{recorded}. Your run ends once this response's other calls are done."
 
 
 def fallback_handoff(text: str, reason: str) -> Handoff:

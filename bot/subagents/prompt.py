@@ -40,7 +40,7 @@ HANDOFF_INSTRUCTIONS = (
     "When you are done, call submit_result exactly once with your result: status "
     "(complete, blocked or uncertain), answer, evidence (file:line references, command "
     "output excerpts, URLs), limitations, and claims ({topic, position}) for the points "
-    "another agent might see differently. Then end with one short line."
+    "another agent might see differently. It ends your run: call it last."
 )
 ISOLATION_NOTE = (
     "This directory is a git worktree of the project made for you alone, on a branch of "

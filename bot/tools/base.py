@@ -46,6 +46,9 @@ class Tool(ABC):
     # only what Baton keeps for the run, so they never ask a person and no rule or
     # agent tool list takes them away.
     control: ClassVar[bool] = False
+    # A call that succeeds ends the run once the other calls of its response are done,
+    # with no further model call (submit_result: the child's work is handed back).
+    ends_run: ClassVar[bool] = False
 
     @abstractmethod
     async def run(self, args: Any) -> str:

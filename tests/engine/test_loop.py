@@ -23,7 +23,9 @@ from bot.engine import (
     ToolResult,
     ToolStart,
 )
+from bot.errors import ToolError
 from bot.tools import ToolRegistry, Workspace, build_workspace_tools
+from bot.tools.base import Tool, ToolArguments
 from tests.conftest import TEST_RETRY_DEADLINE_S
 from tests.fakes.openai_api import ErrorReply, FakeOpenAI, Hang, Reply, ToolCallSpec, Usage
 from tests.processes import alive
@@ -433,3 +435,77 @@ async def test_at_the_turn_limit_the_inbox_is_left_unread(
     assert done_of(events).stop_reason == "max_turns"
     # Nobody read it, so it is still there for whoever answers it next.
     assert [m.content for m in pending] == ["[Bob] one more thing"]
+
+
+class _HandBackArgs(ToolArguments):
+    answer: str
+
+
+class HandBack(Tool):
+    """A tool whose successful call ends the run (as submit_result does)."""
+
+    name = "hand_back"
+    description = "Hand the result back; ends the run."
+    arguments = _HandBackArgs
+    read_only = True
+    ends_run = True
+
+    async def run(self, args: _HandBackArgs) -> str:
+        if args.answer == "refuse":
+            raise ToolError("not an answer")
+        return "recorded"
+
+
+def ending_engine(llm: LLMClient, workspace: Workspace) -> Engine:
+    tools = ToolRegistry([*build_workspace_tools(workspace), HandBack()])
+    return Engine(llm=llm, tools=tools, model="fake-model", system_prompt="test")
+
+
+async def test_a_call_that_ends_the_run_is_the_last_model_call(
+    fake_llm: FakeOpenAI, llm: LLMClient, workspace: Workspace
+) -> None:
+    (workspace.root / "a.txt").write_text("A")
+    fake_llm.script(
+        # Refused: the run goes on, and the model hears why.
+        Reply(tool_calls=[ToolCallSpec("hand_back", {"answer": "refuse"}, id="h0")]),
+        # Its siblings in the same response still run to the end.
+        Reply(
+            text="Done.",
+            tool_calls=[
+                ToolCallSpec("read_file", {"path": "a.txt"}, id="r"),
+                ToolCallSpec("hand_back", {"answer": "fine"}, id="h1"),
+            ],
+        ),
+        Reply(text="never asked for"),
+    )
+    transcript: list[ChatMessage] = []
+    events = await collect(ending_engine(llm, workspace), "go", transcript=transcript)
+    done = done_of(events)
+    assert (done.stop_reason, done.turns, done.final_text) == ("completed", 2, "Done.")
+    assert len(fake_llm.requests) == 2
+    assert "not an answer" in tool_messages(fake_llm.requests[1].messages)[0]["content"]
+    results = {m.tool_call_id: m.content for m in transcript if m.role == "tool"}
+    assert results["h1"] == "recorded" and "A" in (results["r"] or "")
+
+
+async def test_a_message_waiting_when_the_run_would_end_is_answered_first(
+    fake_llm: FakeOpenAI, llm: LLMClient, workspace: Workspace
+) -> None:
+    pending: list[ChatMessage] = []
+
+    def inbox() -> list[ChatMessage]:
+        taken = list(pending)
+        pending.clear()
+        return taken
+
+    def respond(request: object) -> Reply:
+        if len(fake_llm.requests) == 1:
+            pending.append(ChatMessage(role="user", content="[Bob] wait, one more thing"))
+            return Reply(tool_calls=[ToolCallSpec("hand_back", {"answer": "first"}, id="h")])
+        return Reply(tool_calls=[ToolCallSpec("hand_back", {"answer": "second"}, id="h2")])
+
+    fake_llm.responder = respond
+    events = await collect(ending_engine(llm, workspace), "go", inbox=inbox)
+    assert done_of(events).stop_reason == "completed"
+    assert len(fake_llm.requests) == 2
+    assert fake_llm.requests[1].messages[-1]["content"] == "[Bob] wait, one more thing"

@@ -85,8 +85,8 @@ async def test_a_valid_call_is_stored() -> None:
         ),
     )
     assert reply == (
-        "Result recorded (status: complete). End now: reply with one short line; "
-        "do not call more tools."
+        "Result recorded (status: complete). Your run ends once this response's other "
+        "calls are done."
     )
     assert tool.handoff == Handoff(
         status="complete",

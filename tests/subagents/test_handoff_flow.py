@@ -80,7 +80,7 @@ async def test_an_invalid_handoff_is_a_tool_error_and_the_child_can_retry(
         submit("bad2", status="blocked"),  # blocked with no limitations
         submit("bad3", extra_field="smuggled"),
         submit("good", status="blocked", limitations=["needs the API key"]),
-        Reply(text="Submitted."),
+        Reply(text="never asked for"),
     ]
     try:
         await run_turn(baton, "go")
@@ -92,7 +92,10 @@ async def test_an_invalid_handoff_is_a_tool_error_and_the_child_can_retry(
     assert "status" in errors[0] and "complete" in errors[0]
     assert "limitations must say what is needed to proceed" in errors[1]
     assert "extra_field" in errors[2]
-    assert tool_result_of(child[4], "good").startswith("Result recorded (status: blocked)")
+    # A refused submission does not end the run; the valid one does, with no model call
+    # after it (the child's last scripted reply is never asked for).
+    assert len(child) == 4
+    assert router.children[EXPLORE] == [Reply(text="never asked for")]
     result = tool_result_of(router.main_requests()[-1], "T")
     assert "status: blocked" in result and "- needs the API key" in result
     assert fake_llm.handoff_requests == []
