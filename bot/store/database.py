@@ -71,12 +71,6 @@ class Database:
         options: dict[str, Any] = {}
         if self.url.startswith("sqlite"):
             options["connect_args"] = {"timeout": 30}
-            if _sqlite_file(make_url(self.url).database):
-                # One connection, so this process's sessions take turns on it in asyncio
-                # order. With several, concurrent writers meet SQLite's lock and its busy
-                # handler sleeps them 1, 2, 5 … 100 ms at a time: sixteen task endings at
-                # once took 2.5 times as long as one after another.
-                options |= {"pool_size": 1, "max_overflow": 0}
         self.engine: AsyncEngine = create_async_engine(self.url, **options)
         if self.url.startswith("sqlite"):
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
@@ -134,15 +128,10 @@ async def _pg_advisory_lock(connection: AsyncConnection) -> AsyncIterator[None]:
             await connection.invalidate()
 
 
-def _sqlite_file(database: str | None) -> bool:
-    """Whether a SQLite URL's database is a file (not in-memory, not a `file:` URI)."""
-    return bool(database) and database != ":memory:" and not str(database).startswith("file:")
-
-
 @contextlib.asynccontextmanager
 async def _file_lock(database: str | None) -> AsyncIterator[None]:
     """Hold an exclusive flock on `<database file>.migrate.lock`; none for in-memory SQLite."""
-    if not database or not _sqlite_file(database):
+    if not database or database == ":memory:" or database.startswith("file:"):
         yield
         return
     descriptor = _open_lock_file(database)

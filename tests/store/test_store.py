@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event
 
 from bot.engine.messages import ChatMessage, ToolCall
 from bot.errors import ConfigError
@@ -108,41 +107,6 @@ def test_sqlite_uses_wal(tmp_path: Path) -> None:
         return str(mode)
 
     assert asyncio.run(journal_mode()).lower() == "wal"
-
-
-async def test_a_burst_of_writers_takes_turns_on_one_sqlite_connection(tmp_path: Path) -> None:
-    """A process's sessions share one SQLite connection, in turn: concurrent writers never
-    meet SQLite's lock (whose busy handler sleeps them up to 100 ms at a time)."""
-    db = Database(f"sqlite:///{tmp_path / 'burst.db'}")
-    await db.create_schema()
-    held = 0
-    most = 0
-
-    def checkout(*_: object) -> None:
-        nonlocal held, most
-        held += 1
-        most = max(most, held)
-
-    def checkin(*_: object) -> None:
-        nonlocal held
-        held -= 1
-
-    event.listen(db.engine.sync_engine.pool, "checkout", checkout)
-    event.listen(db.engine.sync_engine.pool, "checkin", checkin)
-    try:
-        store = SessionStore(db)
-        session = await store.get_or_create(THREAD)
-        await asyncio.gather(
-            *(
-                store.append(session.id, [ChatMessage(role="user", content=f"m{n}")])
-                for n in range(50)
-            )
-        )
-        history = await store.history(session.id)
-    finally:
-        await db.close()
-    assert sorted(m.content or "" for m in history) == sorted(f"m{n}" for n in range(50))
-    assert most == 1
 
 
 @pytest.mark.parametrize(
