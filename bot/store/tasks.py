@@ -118,6 +118,60 @@ def _task_row(task: NewTask, task_id: str, *, background: bool) -> TaskRow:
     )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ending:
+    """How a task ended, to record (`TaskStore.write`, `finish`)."""
+
+    task_id: str
+    state: TaskState
+    result: str | None = None
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    handoff: str | None = None
+    branch: str | None = None
+    branch_commit: str | None = None
+    change: str | None = None
+
+
+async def _end(session: AsyncSession, ending: Ending) -> TaskRow | None:
+    prompt_tokens, completion_tokens = ending.prompt_tokens, ending.completion_tokens
+    if prompt_tokens == 0 and completion_tokens == 0:
+        spent = await session.exec(
+            select(
+                func.coalesce(func.sum(UsageRow.prompt_tokens), 0),
+                func.coalesce(func.sum(UsageRow.completion_tokens), 0),
+            ).where(UsageRow.task_id == ending.task_id)
+        )
+        prompt_tokens, completion_tokens = (int(n) for n in spent.one())
+    outcome = await session.exec(
+        update(TaskRow)
+        .where(col(TaskRow.id) == ending.task_id, col(TaskRow.state) == "running")
+        .values(
+            state=ending.state,
+            result=ending.result,
+            error=ending.error,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            finished_at=utcnow(),
+            handoff=ending.handoff,
+            # A branch recorded already (the work a crashed child left) stays.
+            **(
+                {
+                    "branch": ending.branch,
+                    "branch_commit": ending.branch_commit,
+                    "change": ending.change,
+                    "merge_state": "pending",
+                }
+                if ending.branch
+                else {}
+            ),
+        )
+        .returning(TaskRow)
+    )
+    return outcome.scalar_one_or_none()
+
+
 def _record(row: TaskRow) -> TaskRecord:
     return TaskRecord(
         id=row.id,
@@ -280,14 +334,7 @@ class TaskStore:
 
     async def append_logs(self, entries: Sequence[tuple[str, Sequence[str]]]) -> None:
         """Several tasks' lines in one transaction, in the order given."""
-        rows = [
-            TaskLogRow(task_id=task_id, line=line) for task_id, lines in entries for line in lines
-        ]
-        if not rows:
-            return
-        async with self.database.sessions() as session:
-            session.add_all(rows)
-            await session.commit()
+        await self.write(entries, [])
 
     async def finish(
         self,
@@ -303,49 +350,37 @@ class TaskStore:
         branch_commit: str | None = None,
         change: str | None = None,
     ) -> TaskRecord | None:
-        """End a running task; None if it had already ended (the first ending wins).
+        """End a running task; None if it had already ended (the first ending wins)."""
+        ending = Ending(
+            task_id=task_id, state=state, result=result, error=error,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, handoff=handoff,
+            branch=branch, branch_commit=branch_commit, change=change,
+        )  # fmt: skip
+        [record] = await self.write([], [ending])
+        return record
+
+    async def write(
+        self, logs: Sequence[tuple[str, Sequence[str]]], endings: Sequence[Ending]
+    ) -> list[TaskRecord | None]:
+        """Log lines, then task endings, in one transaction (a group commit); for each
+        ending its ended record, or None if the task had already ended (the first
+        ending wins).
 
         A task ended from outside (cancelled, here or on another replica; failed by a
         shutdown) has no count of its own: what its model calls spent so far, as the
         usage ledger has it, is recorded instead, so its cost does not read as zero.
         """
+        rows = [TaskLogRow(task_id=task_id, line=line) for task_id, lines in logs for line in lines]
+        if not rows and not endings:
+            return []
         async with self.database.sessions() as session:
-            if prompt_tokens == 0 and completion_tokens == 0:
-                spent = await session.exec(
-                    select(
-                        func.coalesce(func.sum(UsageRow.prompt_tokens), 0),
-                        func.coalesce(func.sum(UsageRow.completion_tokens), 0),
-                    ).where(UsageRow.task_id == task_id)
-                )
-                prompt_tokens, completion_tokens = (int(n) for n in spent.one())
-            outcome = await session.exec(
-                update(TaskRow)
-                .where(col(TaskRow.id) == task_id, col(TaskRow.state) == "running")
-                .values(
-                    state=state,
-                    result=result,
-                    error=error,
-                    prompt_tokens=prompt_tokens,
-                    completion_tokens=completion_tokens,
-                    finished_at=utcnow(),
-                    handoff=handoff,
-                    # A branch recorded already (the work a crashed child left) stays.
-                    **(
-                        {
-                            "branch": branch,
-                            "branch_commit": branch_commit,
-                            "change": change,
-                            "merge_state": "pending",
-                        }
-                        if branch
-                        else {}
-                    ),
-                )
-            )
+            session.add_all(rows)
+            if rows and endings:
+                await session.flush()  # the lines first: a task seen ended has its log
+            ended = [await _end(session, ending) for ending in endings]
             await session.commit()
-            if outcome.rowcount == 0:
-                return None
-        return await self.get(task_id)
+        # Each ended record comes back with its update: no second read.
+        return [_record(row) if row is not None else None for row in ended]
 
     async def states(self, task_ids: Sequence[str]) -> dict[str, str]:
         if not task_ids:

@@ -15,7 +15,7 @@ from bot.engine.messages import ChatMessage
 from bot.errors import SteeringFull, TaskLimitReached
 from bot.store.instances import Instances
 from bot.store.signals import TASK, Signals, Subscription
-from bot.store.tasks import NewTask, TaskDetail, TaskRecord, TaskState, TaskStore
+from bot.store.tasks import Ending, NewTask, TaskDetail, TaskRecord, TaskState, TaskStore
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,9 @@ class TaskTracker:
         self._logs_queued = 0
         self._logs_written = 0
         self._log_flushes: list[tuple[int, asyncio.Future[None]]] = []
+        # Endings waiting for the same writer, each with the future its `finish` awaits:
+        # stored with the lines queued before them, in one transaction.
+        self._end_queue: list[tuple[Ending, asyncio.Future[TaskRecord | None]]] = []
         self._log_writer: asyncio.Task[None] | None = None
         # Background starts waiting for the writer, each with the future its caller
         # awaits: starts asked for meanwhile are recorded in one transaction.
@@ -204,8 +207,11 @@ class TaskTracker:
             return
         self._log_queue.append((task_id, lines))
         self._logs_queued += 1
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
         if self._log_writer is None or self._log_writer.done():
-            self._log_writer = asyncio.create_task(self._write_logs(), name="task-log-writer")
+            self._log_writer = asyncio.create_task(self._write(), name="task-log-writer")
 
     async def flush_logs(self) -> None:
         """Wait until the log lines queued so far are stored (or failed to be); not
@@ -216,11 +222,18 @@ class TaskTracker:
         self._log_flushes.append((self._logs_queued, written))
         await asyncio.shield(written)
 
-    async def _write_logs(self) -> None:
-        while self._log_queue:
+    async def _write(self) -> None:
+        """The one writer of log lines and endings: what was queued meanwhile, each
+        round in one transaction (lines first)."""
+        while self._log_queue or self._end_queue:
             batch, self._log_queue = self._log_queue, []
+            endings, self._end_queue = self._end_queue, []
+            answers: list[TaskRecord | BaseException | None]
             try:
-                await self._store_logs(batch)
+                answers = await self._store_batch(batch, [ending for ending, _ in endings])
+            except BaseException as exc:  # cancelled (a shutdown): nothing may wait for ever
+                answers = [exc] * len(endings)
+                raise
             finally:
                 # Written or not, those entries are done with: nothing waits on them.
                 self._logs_written += len(batch)
@@ -230,6 +243,50 @@ class TaskTracker:
                         self._log_flushes.append((target, written))
                     elif not written.done():
                         written.set_result(None)
+                for (ending, ended), answer in zip(endings, answers, strict=True):
+                    self._settle(ending, ended, answer)
+
+    def _settle(
+        self,
+        ending: Ending,
+        ended: asyncio.Future[TaskRecord | None],
+        answer: TaskRecord | BaseException | None,
+    ) -> None:
+        """Hand an ending's outcome to its `finish`, and tell the callbacks: here, so a
+        `finish` cancelled meanwhile still has its ending told."""
+        if isinstance(answer, BaseException):
+            if ended.done():
+                pass
+            elif isinstance(answer, asyncio.CancelledError):
+                ended.cancel()
+            else:
+                ended.set_exception(answer)
+            return
+        if answer is None:
+            self._ended_here.discard(ending.task_id)  # it had ended elsewhere first
+        else:
+            self._notify(answer)
+        if not ended.done():
+            ended.set_result(answer)
+
+    async def _store_batch(
+        self, batch: list[tuple[str, tuple[str, ...]]], endings: list[Ending]
+    ) -> list[TaskRecord | BaseException | None]:
+        """Store a round; one the database refuses is tried again part by part, so a bad
+        line or ending loses (or fails) only its own."""
+        try:
+            return list(await self.store.write(batch, endings))
+        except Exception as exc:
+            if len(endings) == 1 and not batch:
+                return [exc]
+        await self._store_logs(batch)
+        answers: list[TaskRecord | BaseException | None] = []
+        for ending in endings:
+            try:
+                answers += await self.store.write([], [ending])
+            except Exception as exc:
+                answers.append(exc)
+        return answers
 
     async def _store_logs(self, batch: list[tuple[str, tuple[str, ...]]]) -> None:
         """Store a batch; one the database refuses is tried again entry by entry, so a
@@ -257,28 +314,32 @@ class TaskTracker:
         branch_commit: str | None = None,
         change: str | None = None,
     ) -> TaskRecord | None:
-        await self.flush_logs()  # a task seen ended has its whole log
+        """End a task; None if it had already ended (the first ending wins).
+
+        The ending goes to the log writer, stored with the lines queued before it (so a
+        task seen ended has its whole log) and with the other endings of the moment, in
+        one transaction: sixteen children ending together make one or two writes.
+
+        Raises:
+            Exception: The database refused this ending.
+        """
         if task_id in self._children:
             self._ended_here.add(task_id)
-        record = await self.store.finish(
-            task_id,
-            state=state,
-            result=result,
-            error=error,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            handoff=handoff,
-            branch=branch,
-            branch_commit=branch_commit,
-            change=change,
-        )
-        if record is None:
-            self._ended_here.discard(task_id)  # it had ended elsewhere first
-        else:
-            self._notify(record)
-            if self.signals is not None:
-                # A cancel that reached this replica stops the child on its owner at once.
-                await self.signals.notify(TASK, task_id)
+        ending = Ending(
+            task_id=task_id, state=state, result=result, error=error,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, handoff=handoff,
+            branch=branch, branch_commit=branch_commit, change=change,
+        )  # fmt: skip
+        ended: asyncio.Future[TaskRecord | None] = asyncio.get_running_loop().create_future()
+        # Retrieved even when its `finish` went away meanwhile (no "never retrieved").
+        ended.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._end_queue.append((ending, ended))
+        self._wake_writer()
+        # A finish cancelled while queued is still written, and told, by the writer.
+        record = await asyncio.shield(ended)
+        if record is not None and self.signals is not None:
+            # A cancel that reached this replica stops the child on its owner at once.
+            await self.signals.notify(TASK, task_id)
         return record
 
     def _notify(self, record: TaskRecord) -> None:

@@ -20,7 +20,7 @@ from bot.errors import TaskLimitReached
 from bot.store.database import Database
 from bot.store.instances import Instances
 from bot.store.models import SessionRow
-from bot.store.tasks import TaskStore
+from bot.store.tasks import TaskRecord, TaskStore
 from bot.subagents.tracker import TaskTracker
 
 
@@ -169,3 +169,82 @@ async def test_one_start_the_database_refuses_fails_alone(tracker: TaskTracker) 
     recorded = await tracker.list(session_id=1, limit=5)
     assert sorted(r.description for r in recorded) == ["job 1", "job 2"]
     assert len({r.id for r in recorded}) == 2
+
+
+async def test_endings_of_a_fan_out_are_one_transaction_each_with_its_whole_log(
+    database: Database,
+) -> None:
+    instances = Instances(database)
+    await instances.register()
+    tracker = TaskTracker(TaskStore(database), instances, sweep_s=30.0)
+    told: list[str] = []
+
+    async def callback(record: TaskRecord) -> None:
+        told.append(record.id)
+
+    tracker.on_finish(callback)
+    ids = [await start(tracker, n, limit=16) for n in range(16)]
+    commits = count_commits(database)
+
+    async def child(n: int, task_id: str) -> TaskRecord | None:
+        # Its last lines, then its ending at once: no flush between them.
+        await tracker.append_log(task_id, f"step {n}", f"done {n}")
+        return await tracker.finish(task_id, state="completed", result=f"result {n}")
+
+    records = await asyncio.gather(*(child(n, i) for n, i in enumerate(ids)))
+    assert [r.result if r else None for r in records] == [f"result {n}" for n in range(16)]
+    assert all(r is not None and r.state == "completed" and r.finished_at for r in records)
+    assert commits[0] <= 2  # sixteen endings and their lines: one or two transactions
+    for n, task_id in enumerate(ids):
+        assert await tracker.store.log(task_id) == (f"step {n}", f"done {n}")
+    await tracker.shutdown()
+    assert sorted(told) == sorted(ids)
+    # The first ending wins: a second one is None, and tells nobody.
+    assert await tracker.finish(ids[0], state="failed", error="late") is None
+    assert sorted(told) == sorted(ids)
+
+
+async def test_one_ending_the_database_refuses_fails_alone(tracker: TaskTracker) -> None:
+    """A result the driver cannot store (a lone surrogate from a hostile model) ending
+    together with others: they end, with their logs; its `finish` alone raises."""
+    ids = [await start(tracker, n, limit=8) for n in range(3)]
+
+    async def child(n: int, task_id: str) -> TaskRecord | None:
+        await tracker.append_log(task_id, f"step {n}")
+        result = "\ud800" if n == 1 else f"result {n}"
+        return await tracker.finish(task_id, state="completed", result=result)
+
+    outcomes = await asyncio.gather(
+        *(child(n, i) for n, i in enumerate(ids)), return_exceptions=True
+    )
+    assert isinstance(outcomes[1], Exception)
+    for n in (0, 2):
+        record = outcomes[n]
+        assert isinstance(record, TaskRecord) and record.result == f"result {n}"
+        assert await tracker.store.log(ids[n]) == (f"step {n}",)
+    assert await tracker.store.log(ids[1]) == ("step 1",)  # its lines are kept
+    assert (await tracker.store.get(ids[1])).state == "running"  # type: ignore[union-attr]
+    # It can still be ended properly afterwards.
+    ended = await tracker.finish(ids[1], state="failed", error="unstorable result")
+    assert ended is not None and ended.state == "failed"
+
+
+async def test_a_finish_whose_caller_goes_away_still_ends_the_task_and_tells(
+    tracker: TaskTracker,
+) -> None:
+    told: list[TaskRecord] = []
+
+    async def callback(record: TaskRecord) -> None:
+        told.append(record)
+
+    tracker.on_finish(callback)
+    task_id = await start(tracker, 1)
+    waiting = asyncio.create_task(tracker.finish(task_id, state="completed", result="kept"))
+    await asyncio.sleep(0)  # queued for the writer
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await tracker.shutdown()
+    record = await tracker.store.get(task_id)
+    assert record is not None and record.state == "completed" and record.result == "kept"
+    assert [r.id for r in told] == [task_id]
