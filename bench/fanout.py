@@ -10,7 +10,10 @@ Through Slack: the bot as deployed (tests/slack/harness.py: signed events over H
 fake Slack Web API, Slack's real rate limits in `RateBudget()`), one mention whose turn
 starts the N children in the background; the time from the first child's model request
 to the last child's result posted in the thread (median of R runs), against the ideal:
-one model latency, every result in the thread as soon as the children end.
+one model latency, every result in the thread as soon as the children end. Measured
+twice: children that hand their result back with `submit_result` in their one answer,
+as their prompt tells them, and children that only answer in text (Baton then asks each
+once for its handoff: one more model call each).
 """
 
 from __future__ import annotations
@@ -121,7 +124,7 @@ def child_task(n: int) -> ToolCallSpec:
     return ToolCallSpec("task", arguments)
 
 
-async def measure_slack(children: int, latency: float) -> SlackFanout:
+async def measure_slack(children: int, latency: float, *, submit: bool = True) -> SlackFanout:
     """One mention whose turn starts `children` background children, through the bot as
     deployed, at Slack's real pace."""
     with tempfile.TemporaryDirectory() as directory:
@@ -130,11 +133,22 @@ async def measure_slack(children: int, latency: float) -> SlackFanout:
         )
         async with contextlib.aclosing(harnesses):
             async for harness in harnesses:
-                return await fan_out(harness, children, latency)
+                return await fan_out(harness, children, latency, submit=submit)
     raise AssertionError("the harness did not start")
 
 
-async def fan_out(harness: SlackHarness, children: int, latency: float) -> SlackFanout:
+def child_answer(job: str, latency: float, *, submit: bool) -> Reply:
+    """A child's one answer: its result handed back with submit_result, or as text."""
+    text = f"{RESULT} {job}."
+    if not submit:
+        return Reply(text=text, delay=latency)
+    handoff = {"status": "complete", "answer": text, "evidence": [f"job {job}"]}
+    return Reply(tool_calls=[ToolCallSpec("submit_result", handoff)], delay=latency)
+
+
+async def fan_out(
+    harness: SlackHarness, children: int, latency: float, *, submit: bool
+) -> SlackFanout:
     harness.slack.calls = calls = TimedCalls()
     child_requests: list[float] = []
     main_requests: list[float] = []
@@ -147,7 +161,7 @@ async def fan_out(harness: SlackHarness, children: int, latency: float) -> Slack
             return Reply(text="Started them.")
         child_requests.append(time.perf_counter())
         job = str(request.messages[-1]["content"]).rpartition("job ")[2]
-        return Reply(text=f"{RESULT} {job.strip()}.", delay=latency)
+        return child_answer(job.strip(), latency, submit=submit)
 
     harness.llm.responder = respond
     await harness.mention("fan out")
@@ -193,24 +207,26 @@ def main() -> None:
     print(f"wall time                {wall:6.2f} s")
     print(f"ideal (all in parallel)  {ideal:6.2f} s   overhead {wall - ideal:+.2f} s")
     print(f"sequential               {sequential:6.2f} s   speed-up {sequential / wall:.1f}x")
-    runs = [asyncio.run(measure_slack(args.children, args.latency)) for _ in range(args.repeats)]
-    took = statistics.median(r.last_result for r in runs)
-    ideal_slack = statistics.median(r.ideal(args.latency) for r in runs)
-    ratio = statistics.median(r.last_result / r.ideal(args.latency) for r in runs)
-    messages = statistics.median(r.messages for r in runs)
     print(
         f"through Slack (signed events, fake Slack at Slack's real rate limits), median of "
-        f"{args.repeats}:"
+        f"{args.repeats}; ideal: the model latency ({args.latency:.2f} s), or when later the "
+        "first message Slack's channel limit allows after the run's own progress message "
+        "and answer"
     )
-    print(
-        f"first child request to last result posted {took:6.2f} s   {ratio:.2f}x the ideal "
-        f"({ideal_slack:.2f} s)"
-    )
-    print(
-        f"  ideal: the model latency ({args.latency:.2f} s), or when later the first message "
-        "Slack's channel limit allows after the run's own progress message and answer"
-    )
-    print(f"  the {args.children} results came in {messages:g} message(s)")
+    for submit, how in ((True, "submit_result"), (False, "text only, asked for a handoff")):
+        runs = [
+            asyncio.run(measure_slack(args.children, args.latency, submit=submit))
+            for _ in range(args.repeats)
+        ]
+        took = statistics.median(r.last_result for r in runs)
+        ideal_slack = statistics.median(r.ideal(args.latency) for r in runs)
+        ratio = statistics.median(r.last_result / r.ideal(args.latency) for r in runs)
+        messages = statistics.median(r.messages for r in runs)
+        print(
+            f"children ending with {how}: first child request to last result posted "
+            f"{took:6.2f} s   {ratio:.2f}x the ideal ({ideal_slack:.2f} s); the "
+            f"{args.children} results came in {messages:g} message(s)"
+        )
 
 
 if __name__ == "__main__":

@@ -124,6 +124,11 @@ SEEN_REACTION = "eyes"
 USER_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
 
 
+# Event-loop turns a results poster yields, once no sibling runs, to results already on
+# their way (an ending's callback is a task of its own; two turns see it started).
+_ARRIVAL_TURNS = 3
+
+
 @dataclass(slots=True)
 class _FinishedTasks:
     """Background tasks whose results wait for their thread's next result message."""
@@ -200,8 +205,10 @@ class SlackThreads:
         self._steer_watch: asyncio.Task[None] | None = None
         self.accepting = True
         self._tasks: set[asyncio.Task[Any]] = set()
-        # Finished background tasks whose result waits for its thread's next message.
+        # Finished background tasks whose result waits for its thread's next message,
+        # by thread and by session (a session's later results join without a lookup).
         self._finished: dict[tuple[str, str], _FinishedTasks] = {}
+        self._finished_in: dict[int, _FinishedTasks] = {}
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -1186,18 +1193,22 @@ class SlackThreads:
         """
         if not record.background:
             return
-        session = await self.baton.conversations.store.get(record.session_id)
-        if session is None or session.kind != "slack" or not session.channel_id:
-            return
-        assert session.thread_ts is not None
-        where = (session.channel_id, session.thread_ts)
-        waiting = self._finished.get(where)
+        waiting = self._finished_in.get(record.session_id)
+        if waiting is None:
+            session = await self.baton.conversations.store.get(record.session_id)
+            if session is None or session.kind != "slack" or not session.channel_id:
+                return
+            assert session.thread_ts is not None
+            where = (session.channel_id, session.thread_ts)
+            waiting = self._finished.get(where)
         if waiting is not None:
             # The thread's poster takes it with its next message.
             waiting.records.append(record)
             waiting.arrived.set()
             return
-        self._finished[where] = waiting = _FinishedTasks(records=[record])
+        self._finished[where] = self._finished_in[session.id] = waiting = _FinishedTasks(
+            records=[record]
+        )
         try:
             while waiting.records:
                 try:
@@ -1206,7 +1217,7 @@ class SlackThreads:
                 except Exception:
                     logger.exception("could not post finished tasks in %s/%s", *where)
         finally:
-            del self._finished[where]
+            del self._finished[where], self._finished_in[session.id]
 
     async def _gather_siblings(self, session_id: int, waiting: _FinishedTasks) -> None:
         """While other background tasks of the session still run, wait for them to end,
@@ -1220,7 +1231,13 @@ class SlackThreads:
         while True:
             waiting.arrived.clear()
             if await self.baton.tracker.running_background(session_id) == 0:
-                return
+                # The last ones may have ended a moment before their results reach us
+                # (their callbacks are scheduled, not yet run): give them those turns.
+                for _ in range(_ARRIVAL_TURNS):
+                    await asyncio.sleep(0)
+                if not waiting.arrived.is_set():
+                    return
+                continue
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
