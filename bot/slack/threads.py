@@ -1228,9 +1228,14 @@ class SlackThreads:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + budget.channel_limit.interval
+        tracker = self.baton.tracker
         while True:
             waiting.arrived.clear()
-            if await self.baton.tracker.running_background(session_id) == 0:
+            # Siblings running here end through this poster: no need to ask the database
+            # (which also counts those on other replicas) until none is left here.
+            if tracker.unended_here(session_id) == 0 and (
+                await tracker.running_background(session_id) == 0
+            ):
                 # The last ones may have ended a moment before their results reach us
                 # (their callbacks are scheduled, not yet run): give them those turns.
                 for _ in range(_ARRIVAL_TURNS):

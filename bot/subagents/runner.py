@@ -436,6 +436,7 @@ class SubAgentRunner:
         self.tracker.run_child(
             record.id,
             self._run_background(record, definition, prompt, parent, isolate=isolate),
+            session_id=record.session_id,
         )
         return record
 

@@ -56,6 +56,9 @@ class TaskTracker:
         self._notifications: set[asyncio.Task[None]] = set()
         # Steering taken for children running here, waiting for their next LLM call.
         self._inboxes: dict[str, list[ChatMessage]] = {}
+        # Background children running here by session, until their ending is recorded.
+        self._running_in: dict[int, set[str]] = {}
+        self._session_of: dict[str, int] = {}
         # Log lines waiting for the writer; how many entries were queued and written
         # (or failed) so far, and the flushes waiting for a count to be written.
         self._log_queue: list[tuple[str, tuple[str, ...]]] = []
@@ -265,6 +268,7 @@ class TaskTracker:
         if answer is None:
             self._ended_here.discard(ending.task_id)  # it had ended elsewhere first
         else:
+            self._not_running_here(answer.id)
             self._notify(answer)
         if not ended.done():
             ended.set_result(answer)
@@ -355,15 +359,34 @@ class TaskTracker:
         except Exception:
             logger.exception("finish callback for %s failed", record.id)
 
-    def run_child(self, task_id: str, work: Coroutine[Any, Any, None]) -> None:
-        """Run a background child outside the caller's turn, owned by the tracker."""
+    def run_child(
+        self, task_id: str, work: Coroutine[Any, Any, None], *, session_id: int | None = None
+    ) -> None:
+        """Run a background child outside the caller's turn, owned by the tracker; with
+        its session, `unended_here` counts it until its ending is recorded."""
+        if session_id is not None:
+            self._running_in.setdefault(session_id, set()).add(task_id)
+            self._session_of[task_id] = session_id
         self.attach(task_id, asyncio.create_task(work, name=task_id))
+
+    def unended_here(self, session_id: int) -> int:
+        """Background children of the session running in this process whose ending is not
+        recorded yet: no need to ask the database while there are some."""
+        return len(self._running_in.get(session_id, ()))
+
+    def _not_running_here(self, task_id: str) -> None:
+        session_id = self._session_of.pop(task_id, None)
+        if session_id is not None and (running := self._running_in.get(session_id)) is not None:
+            running.discard(task_id)
+            if not running:
+                del self._running_in[session_id]
 
     def attach(self, task_id: str, child: asyncio.Task[Any]) -> None:
         """Know a running child's asyncio task, so `cancel` can stop it."""
         self._children[task_id] = child
 
         def gone(_: asyncio.Task[Any]) -> None:
+            self._not_running_here(task_id)
             self._children.pop(task_id, None)
             self._ended_here.discard(task_id)
             self._inboxes.pop(task_id, None)

@@ -248,3 +248,29 @@ async def test_a_finish_whose_caller_goes_away_still_ends_the_task_and_tells(
     record = await tracker.store.get(task_id)
     assert record is not None and record.state == "completed" and record.result == "kept"
     assert [r.id for r in told] == [task_id]
+
+
+async def test_children_running_here_are_counted_until_their_ending_is_recorded(
+    tracker: TaskTracker,
+) -> None:
+    """What a results poster waits on before asking the database: a child stops counting
+    when its ending is recorded (not when its asyncio task is over), and a child that
+    dies without an ending stops counting too."""
+    ids = [await start(tracker, n, limit=8) for n in range(3)]
+    release = asyncio.Event()
+    counts: list[int] = []
+
+    async def child(task_id: str, *, ends: bool) -> None:
+        await release.wait()
+        if ends:
+            await tracker.finish(task_id, state="completed", result="ok")
+            counts.append(tracker.unended_here(1))  # before this task is over
+        else:
+            raise RuntimeError("crashed before recording anything")
+
+    for n, task_id in enumerate(ids):
+        tracker.run_child(task_id, child(task_id, ends=n != 2), session_id=1)
+    assert (tracker.unended_here(1), tracker.unended_here(2)) == (3, 0)
+    release.set()
+    await asyncio.gather(*tracker._children.values(), return_exceptions=True)
+    assert max(counts) <= 2 and tracker.unended_here(1) == 0
