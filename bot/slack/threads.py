@@ -136,6 +136,10 @@ class _FinishedTasks:
     records: list[TaskRecord]
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def join(self, record: TaskRecord) -> None:
+        self.records.append(record)
+        self.arrived.set()
+
 
 @dataclass(slots=True)
 class ActiveRun:
@@ -1193,18 +1197,16 @@ class SlackThreads:
         """
         if not record.background:
             return
-        waiting = self._finished_in.get(record.session_id)
-        if waiting is None:
-            session = await self.baton.conversations.store.get(record.session_id)
-            if session is None or session.kind != "slack" or not session.channel_id:
-                return
-            assert session.thread_ts is not None
-            where = (session.channel_id, session.thread_ts)
-            waiting = self._finished.get(where)
-        if waiting is not None:
-            # The thread's poster takes it with its next message.
-            waiting.records.append(record)
-            waiting.arrived.set()
+        if (waiting := self._finished_in.get(record.session_id)) is not None:
+            waiting.join(record)  # the thread's poster takes it with its next message
+            return
+        session = await self.baton.conversations.store.get(record.session_id)
+        if session is None or session.kind != "slack" or not session.channel_id:
+            return
+        assert session.thread_ts is not None
+        where = (session.channel_id, session.thread_ts)
+        if (waiting := self._finished.get(where)) is not None:
+            waiting.join(record)
             return
         self._finished[where] = self._finished_in[session.id] = waiting = _FinishedTasks(
             records=[record]

@@ -250,7 +250,6 @@ class SubAgentRunner:
         self.max_task_depth = max_task_depth
         self.isolated = isolated
         self.worktrees_dir = worktrees_dir
-        # When each directory was last found to be a repository with a commit.
         # Per checkout: when its last check began, and that check (done or in flight).
         self._repository_checks: dict[Path, tuple[float, asyncio.Future[None]]] = {}
 

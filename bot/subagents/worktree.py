@@ -141,23 +141,12 @@ async def check_repository(repo: Path) -> None:
     await _head_commit(await _open_repo(repo))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Planned:
-    """A worktree's place, made ready (an empty directory) before git fills it."""
-
-    task_id: str
-    path: Path
-    branch: str
-    base: str
-    workspace: _Repo
-
-
 async def create(repo: Path, task_id: str, base_dir: Path) -> Worktree:
     """A new worktree at `<base_dir>/<task_id>` on a new branch `baton/<task_id>` from HEAD.
 
     The worktree is locked so `git worktree prune` leaves it alone while the task runs.
     """
-    return await populate(await prepare(repo, task_id, base_dir))
+    return await create_in(repo, await asyncio.to_thread(make_place, base_dir, task_id, repo))
 
 
 def make_place(base_dir: Path, task_id: str, repo: Path) -> Path:
@@ -180,7 +169,8 @@ def make_place(base_dir: Path, task_id: str, repo: Path) -> Path:
 
 async def create_in(repo: Path, path: Path) -> Worktree:
     """`create` in the directory `make_place` made (its name is the task id): the base
-    commit is read, then `populate`. On failure the directory is removed while empty."""
+    commit is read, then git checks it out there. On failure the directory is removed
+    again while it is empty."""
     task_id = path.name
     try:
         _check_task_id(task_id)
@@ -190,67 +180,36 @@ async def create_in(repo: Path, path: Path) -> Worktree:
                 f"Worktrees must live outside the workspace; {path.parent} is inside "
                 f"{workspace.top}"
             )
+        branch = branch_name(task_id)
+        # One at a time: `worktree add` reads every other worktree's admin dir, and
+        # fails ("failed to read .../commondir") on one that a concurrent add or remove
+        # has half made or half deleted (found with sixteen isolated children starting
+        # together).
+        async with _repo_lock(workspace.common_dir):
+            result = await workspace.run(
+                "worktree", "add", "--quiet", "--lock", "--reason",
+                f"Baton task {task_id} is running", "-b", branch, "--", str(path), base,
+            )  # fmt: skip
+        if result.returncode != 0:
+            raise WorktreeError(f"Could not create a worktree for {task_id}: {result.error}")
     except WorktreeError:
         with contextlib.suppress(OSError):
             await asyncio.to_thread(path.rmdir)  # only while empty
         raise
-    return await populate(
-        Planned(
-            task_id=task_id, path=path, branch=branch_name(task_id), base=base,
-            workspace=workspace,
-        )
-    )  # fmt: skip
+    git_dir = await _new_worktree_git_dir(path, workspace, task_id)
+    return Worktree(
+        repo=workspace.top,
+        path=path,
+        branch=branch,
+        base=base,
+        git_dir=git_dir,
+        repo_git_dir=workspace.git_dir,
+    )
 
 
 def branch_name(task_id: str) -> str:
     """The branch `create` makes for `task_id`."""
     return f"baton/{task_id}"
-
-
-async def prepare(repo: Path, task_id: str, base_dir: Path) -> Planned:
-    """The first half of `create`: the base commit, and the worktree's empty directory.
-    Quick: one git call."""
-    _check_task_id(task_id)
-    workspace, base = await _open_repo_at_head(repo)
-    base_dir = await asyncio.to_thread(_prepare_base_dir, base_dir, workspace.top)
-    path = base_dir / task_id
-    try:
-        await asyncio.to_thread(path.mkdir)
-    except OSError as error:
-        raise WorktreeError(f"Could not make the worktree directory {path}: {error}") from error
-    return Planned(
-        task_id=task_id, path=path, branch=branch_name(task_id), base=base, workspace=workspace
-    )
-
-
-async def populate(planned: Planned) -> Worktree:
-    """The second half of `create`: git checks the base out in the prepared directory.
-
-    On failure the directory is removed again if it is still empty.
-    """
-    workspace, path = planned.workspace, planned.path
-    # One at a time: `worktree add` reads every other worktree's admin dir, and fails
-    # ("failed to read .../commondir") on one that a concurrent add or remove has half
-    # made or half deleted (found with sixteen isolated children starting together).
-    async with _repo_lock(workspace.common_dir):
-        result = await workspace.run(
-            "worktree", "add", "--quiet", "--lock", "--reason",
-            f"Baton task {planned.task_id} is running", "-b", planned.branch, "--", str(path),
-            planned.base,
-        )  # fmt: skip
-    if result.returncode != 0:
-        with contextlib.suppress(OSError):
-            await asyncio.to_thread(path.rmdir)  # only while empty
-        raise WorktreeError(f"Could not create a worktree for {planned.task_id}: {result.error}")
-    git_dir = await _new_worktree_git_dir(path, workspace, planned.task_id)
-    return Worktree(
-        repo=workspace.top,
-        path=path,
-        branch=planned.branch,
-        base=planned.base,
-        git_dir=git_dir,
-        repo_git_dir=workspace.git_dir,
-    )
 
 
 async def reopen(repo: Path, task_id: str, base_dir: Path) -> Worktree | None:

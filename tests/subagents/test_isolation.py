@@ -410,7 +410,7 @@ async def test_worktrees_left_by_a_killed_replica_are_kept_when_it_starts_again(
             description="never checked out", prompt="p", background=True, started_by="U1",
             owner=baton.instances.id,
         )  # fmt: skip
-        await worktree.prepare(root, unstarted.id, base)
+        await asyncio.to_thread(worktree.make_place, base, unstarted.id, root)
         await baton.tracker.store.finish(
             unstarted.id, state="failed", result=None, error="interrupted by a restart"
         )
