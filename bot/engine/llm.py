@@ -37,6 +37,10 @@ DEFAULT_STALL_TIMEOUT_S = 60.0
 # One answer, from the request to its last chunk: a stream that trickles on without end
 # must not hold a run (and a place under the cap) for ever.
 DEFAULT_ANSWER_TIMEOUT_S = 900.0
+# Tool calls one answer may hold; past it the answer is refused, not run.
+MAX_TOOL_CALLS = 128
+# The most tokens one answer may report for either side (a 32-bit column's range).
+MAX_REPORTED_TOKENS = 2**31 - 1
 # Backoff without a Retry-After: 1 s, 2 s, 4 s … up to 30 s, each drawn from its upper
 # half so that many runs hit by the same outage do not come back in step.
 BACKOFF_FIRST_S = 1.0
@@ -105,13 +109,14 @@ class _Answer:
     calls: dict[int, _PartialCall] = field(default_factory=dict)
     usage: Usage = field(default_factory=lambda: Usage(requests=1))
     finish_reason: str | None = None
+    _last: int | None = None  # the call the last tool-call piece went to
 
     def add(self, chunk: Chunk) -> str:
         """Take one stream chunk in; return its answer text ("" when none)."""
         if chunk.usage is not None:
             self.usage = Usage(
-                prompt_tokens=chunk.usage.prompt_tokens or 0,
-                completion_tokens=chunk.usage.completion_tokens or 0,
+                prompt_tokens=_count(chunk.usage.prompt_tokens),
+                completion_tokens=_count(chunk.usage.completion_tokens),
                 requests=1,
             )
         text = ""
@@ -125,7 +130,13 @@ class _Answer:
                 self.text.append(delta.content)
                 text += delta.content
             for piece in delta.tool_calls or ():
-                partial = self.calls.setdefault(self._index(piece.index, piece.id), _PartialCall())
+                key = self._index(piece.index, piece.id)
+                if key not in self.calls and len(self.calls) >= MAX_TOOL_CALLS:
+                    raise LLMError(
+                        f"the model provider's answer has more than {MAX_TOOL_CALLS} tool calls"
+                    )
+                partial = self.calls.setdefault(key, _PartialCall())
+                self._last = key
                 if piece.id:
                     partial.id = piece.id
                 if piece.function is not None:
@@ -140,8 +151,13 @@ class _Answer:
         then starts the next call, one without continues the last."""
         if index is not None:
             return index
-        last = max(self.calls, default=-1)
-        return last + 1 if call_id or last < 0 else last
+        last = self._last
+        if last is None:
+            return 0
+        # Some repeat the call's id on each of its pieces: only a new id is a new call.
+        if call_id and call_id != self.calls[last].id:
+            return last + 1
+        return last
 
     def response(self) -> LLMResponse:
         tool_calls = tuple(
@@ -337,6 +353,8 @@ class LLMClient:
                     cast_to=object,
                     stream=True,
                     stream_cls=openai.AsyncStream[object],
+                    # As chat.completions.create: the API key, never an admin key.
+                    options={"security": {"bearer_auth": True}},
                 )
         except TimeoutError as exc:
             raise _Transient(
@@ -365,6 +383,11 @@ class LLMClient:
                     ) from exc
                 except openai.OpenAIError as exc:
                     raise self._failure(exc, streaming=True) from exc
+                except ValueError as exc:  # a data line that is not JSON
+                    raise _Transient(
+                        "unreadable answer",
+                        f"the model provider sent a line that is not JSON: {exc}",
+                    ) from exc
                 try:
                     parsed = Chunk.model_validate(chunk)
                 except pydantic.ValidationError as exc:
@@ -419,6 +442,12 @@ class LLMClient:
             return retry_after + random.uniform(0, min(1.0, retry_after / 10))
         ceiling = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (retry - 1))
         return random.uniform(ceiling / 2, ceiling)
+
+
+def _count(tokens: int | None) -> int:
+    """A token count as a provider reported it, kept within sense: a negative count
+    would lower the metered spend, a huge one overflow the usage columns."""
+    return min(max(tokens or 0, 0), MAX_REPORTED_TOKENS)
 
 
 def _clipped(text: str, limit: int = 200) -> str:

@@ -324,6 +324,8 @@ class SubAgentRunner:
             )
         ):
             check = asyncio.ensure_future(worktrees.check_repository(root))
+            # Read even when every caller went away meanwhile ("never retrieved").
+            check.add_done_callback(lambda done: done.cancelled() or done.exception())
             self._repository_checks[root] = (loop.time(), check)
         try:
             await asyncio.shield(check)  # one caller cancelled leaves it to the others

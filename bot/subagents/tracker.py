@@ -223,6 +223,7 @@ class TaskTracker:
             return
         written = asyncio.get_running_loop().create_future()
         self._log_flushes.append((self._logs_queued, written))
+        self._wake_writer()  # should a writer have stopped with entries left
         await asyncio.shield(written)
 
     async def _write(self) -> None:
@@ -573,6 +574,10 @@ class TaskTracker:
         if self._start_writer is not None:
             # Starts being recorded now are recorded before the running are ended.
             await asyncio.gather(self._start_writer, return_exceptions=True)
+        if self._log_writer is not None:
+            # Endings queued already (a finish whose caller went away) are recorded
+            # before the running are ended as interrupted.
+            await asyncio.gather(self._log_writer, return_exceptions=True)
         await self.interrupt()
         children = list(self._children.values())
         for child in children:

@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from bot.engine import ChatMessage, LLMClient, ModelWaiting
-from bot.engine.llm import LLMResponse, TextChunk
+from bot.engine.llm import MAX_REPORTED_TOKENS, MAX_TOOL_CALLS, LLMResponse, TextChunk
 from bot.errors import LLMError
 from tests.fakes.openai_api import FakeOpenAI, RawStream, Reply
 
@@ -150,3 +150,73 @@ async def test_an_error_event_inside_the_stream_is_retried(
     final = items[-1]
     assert isinstance(final, LLMResponse)
     assert final.text == "whole answer"
+
+
+async def test_pieces_repeating_their_calls_id_stay_one_call(
+    fake_llm: FakeOpenAI, llm: LLMClient
+) -> None:
+    def piece(**fields: Any) -> dict[str, Any]:
+        return chunk({"tool_calls": [fields]})
+
+    fake_llm.script(
+        RawStream(
+            events=[
+                piece(id="a", function={"name": "read_file", "arguments": '{"path": '}),
+                piece(id="a", function={"arguments": '"x.py"}'}),
+                piece(id="b", function={"name": "read_file", "arguments": "{}"}),
+                piece(id="b", function={"arguments": ""}),
+                chunk({}, "tool_calls"),
+            ]
+        )
+    )
+    response = await answer(llm)
+    assert [(c.id, c.arguments) for c in response.tool_calls] == [
+        ("a", '{"path": "x.py"}'),
+        ("b", "{}"),
+    ]
+
+
+async def test_an_answer_with_a_flood_of_tool_calls_is_refused_not_run(
+    fake_llm: FakeOpenAI, llm: LLMClient
+) -> None:
+    flood = [
+        chunk({"tool_calls": [{"id": f"c{n}", "function": {"name": "read_file"}}]})
+        for n in range(MAX_TOOL_CALLS + 1)
+    ]
+    fake_llm.script(RawStream(events=[*flood, chunk({}, "tool_calls")]))
+    with pytest.raises(LLMError, match=f"more than {MAX_TOOL_CALLS} tool calls"):
+        await answer(llm)
+    assert len(fake_llm.requests) == 1  # refused at once, not asked again
+
+
+async def test_a_data_line_that_is_not_json_is_retried_then_reported(
+    fake_llm: FakeOpenAI,
+) -> None:
+    client = openai.AsyncOpenAI(api_key="sk-test", base_url=fake_llm.url, max_retries=0)
+
+    async def sleep(_: float) -> None:
+        await asyncio.sleep(0)
+
+    llm = LLMClient(client, sleep=sleep, retry_deadline_s=2.0)
+    fake_llm.responder = lambda _request: RawStream(events=[chunk({"content": "hi"}), "{oops"])
+    try:
+        with pytest.raises(LLMError, match="not JSON"):
+            await answer(llm)
+    finally:
+        await client.close()
+    assert len(fake_llm.requests) >= 2
+
+
+async def test_reported_usage_is_kept_within_sense(fake_llm: FakeOpenAI, llm: LLMClient) -> None:
+    """A hostile provider reporting negative tokens must not lower the metered spend."""
+    fake_llm.script(
+        RawStream(
+            events=[
+                chunk({"content": "ok"}, "stop"),
+                {"choices": [], "usage": {"prompt_tokens": -500, "completion_tokens": 10**30}},
+            ]
+        )
+    )
+    response = await answer(llm)
+    assert response.usage.prompt_tokens == 0
+    assert response.usage.completion_tokens == MAX_REPORTED_TOKENS
