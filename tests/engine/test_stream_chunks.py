@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
@@ -37,6 +38,23 @@ def chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> dic
     return {"id": "c", "object": "chat.completion.chunk", "choices": [choice]}
 
 
+def piece(**fields: Any) -> dict[str, Any]:
+    """A chunk holding one tool-call piece."""
+    return chunk({"tool_calls": [fields]})
+
+
+@pytest.fixture
+async def quick_llm(fake_llm: FakeOpenAI) -> AsyncIterator[LLMClient]:
+    """An LLMClient whose backoffs pass at once, giving up after 2 s of retrying."""
+    client = openai.AsyncOpenAI(api_key="sk-test", base_url=fake_llm.url, max_retries=0)
+
+    async def sleep(_: float) -> None:
+        await asyncio.sleep(0)
+
+    yield LLMClient(client, sleep=sleep, retry_deadline_s=2.0)
+    await client.close()
+
+
 async def answer(llm: LLMClient, tools: list[dict[str, Any]] | None = None) -> LLMResponse:
     items = [i async for i in llm.stream(model="fake-model", messages=MESSAGES, tools=tools or [])]
     final = items[-1]
@@ -59,9 +77,6 @@ async def test_the_request_is_the_json_baton_built(fake_llm: FakeOpenAI, llm: LL
 async def test_tool_call_pieces_without_an_index_still_make_separate_calls(
     fake_llm: FakeOpenAI, llm: LLMClient
 ) -> None:
-    def piece(**fields: Any) -> dict[str, Any]:
-        return chunk({"tool_calls": [fields]})
-
     fake_llm.script(
         RawStream(
             events=[
@@ -111,28 +126,17 @@ async def test_nulls_and_missing_fields_are_read_as_nothing(
     ],
 )
 async def test_a_chunk_that_is_not_a_chunk_is_retried_then_reported(
-    fake_llm: FakeOpenAI, bad: object
+    fake_llm: FakeOpenAI, quick_llm: LLMClient, bad: object
 ) -> None:
-    client = openai.AsyncOpenAI(api_key="sk-test", base_url=fake_llm.url, max_retries=0)
-    waited: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        waited.append(seconds)
-        await asyncio.sleep(0)
-
-    llm = LLMClient(client, sleep=sleep, retry_deadline_s=2.0)
     fake_llm.responder = lambda _request: RawStream(events=[chunk({"content": "hi"}), bad])
-    try:
-        with pytest.raises(LLMError) as raised:
-            async for item in llm.stream(model="fake-model", messages=MESSAGES, tools=[]):
-                assert not isinstance(item, LLMResponse)
-                if isinstance(item, ModelWaiting):
-                    assert item.reason == "unreadable answer"
-                    assert item.discard_text  # "hi" came before the bad chunk
-                else:
-                    assert isinstance(item, TextChunk)
-    finally:
-        await client.close()
+    with pytest.raises(LLMError) as raised:
+        async for item in quick_llm.stream(model="fake-model", messages=MESSAGES, tools=[]):
+            assert not isinstance(item, LLMResponse)
+            if isinstance(item, ModelWaiting):
+                assert item.reason == "unreadable answer"
+                assert item.discard_text  # "hi" came before the bad chunk
+            else:
+                assert isinstance(item, TextChunk)
     assert "not a Chat Completions chunk" in str(raised.value)
     assert len(fake_llm.requests) >= 2  # it was tried again
 
@@ -155,9 +159,6 @@ async def test_an_error_event_inside_the_stream_is_retried(
 async def test_pieces_repeating_their_calls_id_stay_one_call(
     fake_llm: FakeOpenAI, llm: LLMClient
 ) -> None:
-    def piece(**fields: Any) -> dict[str, Any]:
-        return chunk({"tool_calls": [fields]})
-
     fake_llm.script(
         RawStream(
             events=[
@@ -179,10 +180,7 @@ async def test_pieces_repeating_their_calls_id_stay_one_call(
 async def test_an_answer_with_a_flood_of_tool_calls_is_refused_not_run(
     fake_llm: FakeOpenAI, llm: LLMClient
 ) -> None:
-    flood = [
-        chunk({"tool_calls": [{"id": f"c{n}", "function": {"name": "read_file"}}]})
-        for n in range(MAX_TOOL_CALLS + 1)
-    ]
+    flood = [piece(id=f"c{n}", function={"name": "read_file"}) for n in range(MAX_TOOL_CALLS + 1)]
     fake_llm.script(RawStream(events=[*flood, chunk({}, "tool_calls")]))
     with pytest.raises(LLMError, match=f"more than {MAX_TOOL_CALLS} tool calls"):
         await answer(llm)
@@ -190,20 +188,11 @@ async def test_an_answer_with_a_flood_of_tool_calls_is_refused_not_run(
 
 
 async def test_a_data_line_that_is_not_json_is_retried_then_reported(
-    fake_llm: FakeOpenAI,
+    fake_llm: FakeOpenAI, quick_llm: LLMClient
 ) -> None:
-    client = openai.AsyncOpenAI(api_key="sk-test", base_url=fake_llm.url, max_retries=0)
-
-    async def sleep(_: float) -> None:
-        await asyncio.sleep(0)
-
-    llm = LLMClient(client, sleep=sleep, retry_deadline_s=2.0)
     fake_llm.responder = lambda _request: RawStream(events=[chunk({"content": "hi"}), "{oops"])
-    try:
-        with pytest.raises(LLMError, match="not JSON"):
-            await answer(llm)
-    finally:
-        await client.close()
+    with pytest.raises(LLMError, match="not JSON"):
+        await answer(quick_llm)
     assert len(fake_llm.requests) >= 2
 
 
