@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import openai
 import pytest
@@ -44,6 +45,17 @@ async def collect(engine: Engine, prompt: str, **kwargs: object) -> list[RunEven
 def done_of(events: list[RunEvent]) -> Done:
     assert isinstance(events[-1], Done), events[-1]
     return events[-1]
+
+
+def taking(pending: list[ChatMessage]) -> Callable[[], list[ChatMessage]]:
+    """A steering inbox: each call takes the messages waiting in `pending`."""
+
+    def inbox() -> list[ChatMessage]:
+        taken = list(pending)
+        pending.clear()
+        return taken
+
+    return inbox
 
 
 def tool_messages(request_messages: list[dict]) -> list[dict]:
@@ -388,10 +400,7 @@ async def test_steering_messages_join_before_the_next_llm_call(
 ) -> None:
     pending: list[ChatMessage] = []
 
-    def inbox() -> list[ChatMessage]:
-        taken = list(pending)
-        pending.clear()
-        return taken
+    inbox = taking(pending)
 
     def respond(request: object) -> Reply:
         count = len(fake_llm.requests)
@@ -425,10 +434,7 @@ async def test_at_the_turn_limit_the_inbox_is_left_unread(
 ) -> None:
     pending = [ChatMessage(role="user", content="[Bob] one more thing")]
 
-    def inbox() -> list[ChatMessage]:
-        taken = list(pending)
-        pending.clear()
-        return taken
+    inbox = taking(pending)
 
     fake_llm.script(Reply(tool_calls=[ToolCallSpec("list_dir", {})]))
     events = await collect(make_engine(llm, workspace, max_turns=1), "go", inbox=inbox)
@@ -493,10 +499,7 @@ async def test_a_message_waiting_when_the_run_would_end_is_answered_first(
 ) -> None:
     pending: list[ChatMessage] = []
 
-    def inbox() -> list[ChatMessage]:
-        taken = list(pending)
-        pending.clear()
-        return taken
+    inbox = taking(pending)
 
     def respond(request: object) -> Reply:
         if len(fake_llm.requests) == 1:
