@@ -15,6 +15,7 @@ from bot.config import Settings
 from bot.engine import Hook, LLMClient
 from bot.engine.tokens import TokenCounter, load_encoding
 from bot.errors import ConfigError
+from bot.mcp import McpServers, build_servers
 from bot.permissions.hook import PermissionHook
 from bot.redaction import Redactor
 from bot.sandbox import Sandbox, sqlite_companions
@@ -62,6 +63,8 @@ class Baton:
     # Tokens spent per call, and the daily budgets read from them.
     usage: UsageStore
     budgets: DailyBudgets
+    # The MCP servers of `mcp_servers`, connecting in the background from the start.
+    mcp: McpServers
     heartbeat: asyncio.Task[None] | None = None
 
     def site_for(self, channel_id: str | None) -> Site:
@@ -190,6 +193,7 @@ class Baton:
             self.heartbeat.cancel()
             await asyncio.gather(self.heartbeat, return_exceptions=True)
         await self.tracker.shutdown()
+        await self.mcp.close()
         await self.signals.close()
         try:
             await self.instances.unregister()
@@ -242,6 +246,8 @@ async def build_baton(settings: Settings) -> Baton:
     )
     signals = Signals(database)
     tracker = TaskTracker(TaskStore(database), instances, signals=signals)
+    config_files = [settings.config_path] if settings.config_path else []
+    mcp = build_servers(settings, masked=config_files)
     shared = SharedParts(
         settings=settings,
         model=model,
@@ -250,7 +256,8 @@ async def build_baton(settings: Settings) -> Baton:
         tracker=tracker,
         counter=TokenCounter(),
         database_files=sqlite_files(database.engine.url),
-        config_files=[settings.config_path] if settings.config_path else [],
+        config_files=config_files,
+        mcp_tools=mcp.tools,
     )
     directories = site_directories(settings)
     try:
@@ -269,6 +276,10 @@ async def build_baton(settings: Settings) -> Baton:
         await database.close()
         raise
     by_directory = dict(zip(directories, built, strict=True))
+    default_site = by_directory[settings.workspace.resolve()]
+    # In the background: start-up is not held up, and runs offer each server's tools
+    # once it is up. stdio servers run in the default site's sandbox binary.
+    mcp.start(default_site.sandbox)
     # Never raises: a listener that cannot connect yet retries in the background.
     await signals.start()
     return Baton(
@@ -277,7 +288,7 @@ async def build_baton(settings: Settings) -> Baton:
         database=database,
         openai_client=openai_client,
         llm=llm,
-        default_site=by_directory[settings.workspace.resolve()],
+        default_site=default_site,
         channel_sites={
             channel: by_directory[directory.resolve()]
             for channel, directory in settings.workspaces.items()
@@ -289,4 +300,5 @@ async def build_baton(settings: Settings) -> Baton:
         signals=signals,
         usage=(usage := UsageStore(database)),
         budgets=DailyBudgets(usage, settings.limits, settings.prices),
+        mcp=mcp,
     )

@@ -26,6 +26,7 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -169,6 +170,84 @@ class ModelCallsConfig(BaseModel):
     answer_timeout_s: float = Field(default=900, gt=0)  # one answer, however it trickles
 
 
+# The environment variables holding Baton's own secrets: never handed to an MCP server,
+# by name (`${OPENAI_API_KEY}` in a header or env) or by value.
+SECRET_VARIABLES = (
+    "SLACK_BOT_TOKEN",
+    "SLACK_SIGNING_SECRET",
+    "SLACK_APP_TOKEN",
+    "OPENAI_API_KEY",
+    "DATABASE_URL",
+)
+# `${NAME}` in an MCP server's headers and env: the value of that environment variable.
+ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# A server's name is the middle of its tools' names, `mcp__<server>__<tool>`: no `__`.
+McpServerName = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$", max_length=32)
+]
+
+
+class McpServerConfig(BaseModel):
+    """One entry of `mcp_servers`: a stdio server (`command`) or a Streamable HTTP one
+    (`url`).
+
+    stdio: `command` (a list: the program and its arguments) runs in the OS sandbox
+    with the server's own `env` plus PATH, HOME and LANG, read-only access to `paths`
+    (the interpreter's prefix, the server's files) and the network only if `network`.
+    HTTP: Baton calls `url`, sending `headers`. In `env` and `headers` values,
+    `${NAME}` stands for that environment variable (tokens stay out of the file), except
+    Baton's own secrets. `timeout_s` bounds each tool call.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: tuple[str, ...] | None = Field(default=None, min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    paths: tuple[Path, ...] = ()
+    network: bool = False
+    url: str | None = Field(default=None, pattern=r"^https?://")
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = Field(default=60, gt=0, le=3600)
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command_is_a_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError(
+                "must be a list: the program, then each argument (e.g. [my-server, --stdio])"
+            )
+        return value
+
+    @field_validator("env", "headers")
+    @classmethod
+    def _no_baton_secrets(cls, values: dict[str, str]) -> dict[str, str]:
+        for key, value in values.items():
+            for name in ENV_REFERENCE.findall(value):
+                if name in SECRET_VARIABLES:
+                    raise ValueError(
+                        f"{key} uses ${{{name}}}, one of Baton's own secrets: an MCP server "
+                        "never gets them; give it a token of its own"
+                    )
+        return values
+
+    @property
+    def transport(self) -> Literal["stdio", "http"]:
+        return "stdio" if self.command else "http"
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either `command` (a stdio server) or `url` (an HTTP one)")
+        if self.command is not None and self.headers:
+            raise ValueError("`headers` are for HTTP servers (`url`), not stdio ones")
+        if self.url is not None and (self.env or self.paths or self.network):
+            raise ValueError(
+                "`env`, `paths` and `network` are for stdio servers (`command`); an HTTP "
+                "server runs elsewhere"
+            )
+        return self
+
+
 class FileConfig(BaseModel):
     """What baton.yaml may hold; every key optional, unknown keys refused."""
 
@@ -194,6 +273,7 @@ class FileConfig(BaseModel):
     limits: LimitsConfig = LimitsConfig()
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     model_calls: ModelCallsConfig = ModelCallsConfig()
+    mcp_servers: dict[McpServerName, McpServerConfig] = Field(default_factory=dict)
 
     @field_validator("approvers")
     @classmethod
@@ -265,6 +345,9 @@ class Settings(BaseModel):
     context_window: int = 128_000
     model_calls: ModelCallsConfig = ModelCallsConfig()
     shutdown_grace_s: float = Field(default=DEFAULT_SHUTDOWN_GRACE_S, gt=0)
+    # Server name -> its entry, `paths` made absolute (relative ones from the config's
+    # directory).
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
 
     @field_validator("slack_api_url")
     @classmethod
@@ -361,7 +444,19 @@ def load_settings(cwd: Path | None = None) -> Settings:
         context_window=file_config.context_window,
         model_calls=file_config.model_calls,
         shutdown_grace_s=env.baton_shutdown_grace_s or file_config.shutdown_grace_s,
+        mcp_servers={
+            name: _anchored(server, config_path.parent if config_path else base)
+            for name, server in file_config.mcp_servers.items()
+        },
     )
+
+
+def _anchored(server: McpServerConfig, anchor: Path) -> McpServerConfig:
+    """`server` with its relative `paths` read from `anchor` (the config's directory)."""
+    paths = tuple(
+        p.expanduser() if p.expanduser().is_absolute() else anchor / p for p in server.paths
+    )
+    return server.model_copy(update={"paths": paths})
 
 
 def _channel_workspaces(

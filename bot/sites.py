@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from bot.sessions import Conversations, MainAgent, main_system_prompt
 from bot.store import SessionStore
 from bot.subagents import BUILTIN_AGENTS, AgentRegistry, SubAgentRunner, TaskTracker
 from bot.tools import ToolRegistry, Workspace, build_workspace_tools
+from bot.tools.base import Tool
 from bot.tools.workspace import PROTECTED_DIR
 
 logger = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ class SharedParts:
     # Baton's database files and config file: masked in the sandbox, refused by the tools.
     database_files: Sequence[Path]
     config_files: Sequence[Path]
+    # The tools of the MCP servers that are up, asked at the start of every turn.
+    mcp_tools: Callable[[], Sequence[Tool]] | None = None
 
 
 def agent_roots(settings: Settings, directory: Path) -> list[Path]:
@@ -150,6 +153,7 @@ async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[P
         registry=agents,
         runner=runner,
         context_window=settings.context_window,
+        extra_tools=shared.mcp_tools,
     )
     return Site(
         workspace=workspace,

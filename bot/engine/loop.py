@@ -40,6 +40,7 @@ from bot.engine.hooks import (
 )
 from bot.engine.llm import LLMClient, LLMResponse, TextChunk
 from bot.engine.messages import (
+    IMAGE_MEDIA_TYPES,
     ChatMessage,
     ImagePart,
     ToolCall,
@@ -50,7 +51,14 @@ from bot.engine.messages import (
 from bot.engine.meter import Meter
 from bot.engine.tokens import TokenCounter, reply_reserve
 from bot.errors import ContextLengthError, LLMError, ToolError
-from bot.tools.base import DEFAULT_OUTPUT_LIMIT, Tool, ToolRegistry, cap_output, person_approved
+from bot.tools.base import (
+    DEFAULT_OUTPUT_LIMIT,
+    Tool,
+    ToolOutput,
+    ToolRegistry,
+    cap_output,
+    person_approved,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +145,29 @@ def prompt_images(images: Sequence[ImagePart]) -> Iterator[None]:
 class _CallOutcome:
     output: str
     is_error: bool
+    # Images the tool returned (an MCP tool's): shown to the model after the results.
+    images: tuple[ImagePart, ...] = ()
+
+
+def _returned_images(
+    calls: Sequence[ToolCall], outcomes: Sequence[_CallOutcome]
+) -> ChatMessage | None:
+    """The images tools returned, as a user message after the results (Chat Completions
+    takes images in user messages only); None when there are none."""
+    images: list[ImagePart] = []
+    names: list[str] = []
+    for call, outcome in zip(calls, outcomes, strict=True):
+        for image in outcome.images:
+            images.append(image)
+            names.append(f"{image.name} (from {call.name}, call {call.id})")
+    if not images:
+        return None
+    listed = "\n".join(f"- {name}" for name in names)
+    return ChatMessage(
+        role="user",
+        content=f"[Images returned by the tool calls above, in order:\n{listed}]",
+        images=tuple(images),
+    )
 
 
 @dataclass(slots=True, kw_only=True)
@@ -329,6 +360,8 @@ class Engine:
                             name=call.name,
                         )
                     )
+                if shown := _returned_images(response.tool_calls, outcomes):
+                    add(shown)
                 late: list[ChatMessage] = []
                 if turns < self.max_turns and self._budget_note() is None:
                     late = list(inbox()) if inbox else []
@@ -508,7 +541,7 @@ class Engine:
         known = call.name in self.tools  # a name the model invented must not become a label
         metrics.record_tool_call(call.name if known else "unknown", is_error=outcome.is_error)
         emit(ToolResult(call_id=call.id, name=call.name, output=output, is_error=outcome.is_error))
-        return _CallOutcome(output=output, is_error=outcome.is_error)
+        return _CallOutcome(output=output, is_error=outcome.is_error, images=outcome.images)
 
     async def _execute(self, call: ToolCall, emit: Emit) -> _CallOutcome:
         tool = self.tools.get(call.name)
@@ -567,4 +600,11 @@ class Engine:
             return _CallOutcome(output=f"Error: {exc}", is_error=True)
         finally:
             person_approved.reset(approved)
+        if isinstance(output, ToolOutput):
+            images = tuple(
+                ImagePart(name=image.name, media_type=image.media_type, data=image.data)
+                for image in output.images
+                if image.media_type in IMAGE_MEDIA_TYPES
+            )
+            return _CallOutcome(output=output.text, is_error=False, images=images)
         return _CallOutcome(output=output, is_error=False)

@@ -280,9 +280,7 @@ class PermissionHook:
     def _default(self, tool: Tool) -> HookDecision:
         if tool.read_only:
             return HookDecision.allow("read-only tool")
-        return HookDecision.ask(
-            f"{tool.name} can change files or run programs, and no rule allows it"
-        )
+        return HookDecision.ask(tool.unruled_reason())
 
     def _path_exists(self, path: str) -> bool:
         """Whether ``path`` (relative to the workspace root) names something there."""

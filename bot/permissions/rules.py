@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from bot.tools.base import ArgumentKind
+from bot.tools.base import MCP_PREFIX, ArgumentKind, name_matches
 
-_RULE = re.compile(r"^\s*(?P<tool>[A-Za-z_][A-Za-z0-9_-]*)\s*(?:\((?P<pattern>.*)\))?\s*$")
+_RULE = re.compile(r"^\s*(?P<tool>[A-Za-z_][A-Za-z0-9_-]*\*?)\s*(?:\((?P<pattern>.*)\))?\s*$")
 
 
 @lru_cache(maxsize=512)
@@ -72,13 +72,19 @@ class Rule:
                 "parentheses, e.g. bash(git status*) or read_file(**/.env)"
             )
         pattern = match.group("pattern")
+        tool = match.group("tool")
+        if tool.endswith("*") and not tool.startswith(MCP_PREFIX):
+            raise ValueError(
+                f"{text!r}: only MCP tool names take a `*` (mcp__tracker__* names every "
+                "tool of the server tracker); name other tools exactly"
+            )
         if pattern is not None and not pattern.strip():
             raise ValueError(f"{text!r} has an empty pattern in its parentheses")
-        return cls(tool=match.group("tool"), pattern=pattern, text=text.strip())
+        return cls(tool=tool, pattern=pattern, text=text.strip())
 
     def matches(self, tool: str, values: Sequence[str], kind: ArgumentKind) -> bool:
         """Whether this rule covers a call of `tool` whose main argument is any of `values`."""
-        if tool != self.tool:
+        if not name_matches(self.tool, tool):
             return False
         if self.pattern is None:
             return True

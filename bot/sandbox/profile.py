@@ -311,3 +311,33 @@ def is_placeholder(path: Path) -> bool:
     if stat.S_ISDIR(info.st_mode):
         return not any(os.scandir(path))
     return stat.S_ISREG(info.st_mode) and info.st_size == 0
+
+
+def build_server_profile(
+    *,
+    paths: Collection[Path],
+    masked: Collection[Path],
+    network: bool,
+    empty_file: Path,
+    user_namespace: bool = True,
+) -> tuple[str, ...]:
+    """bwrap's options for a long-running MCP server (see `bot.mcp.launch`).
+
+    The same namespaces, system directories and empty scratch as a command's, but no
+    workspace: the server sees only `paths`, read-only (its interpreter and files), and
+    works in the empty home. Any of `masked` (Baton's state directory and config) that
+    lies in one of them is hidden. Nothing of the host is writable, so no file it makes
+    outlives it.
+    """
+    arguments = [
+        *_namespaces(network, user_namespace),
+        *_system(empty_file),
+        *_scratch(None),
+        *(_resolver() if network else []),
+    ]
+    for path in paths:
+        arguments += _bind("--ro-bind", path)
+    for path in masked:
+        if any(path.is_relative_to(p) for p in paths) and os.path.lexists(path):
+            arguments += _mask(path, empty_file)
+    return (*arguments, "--remount-ro", "/", "--chdir", str(SANDBOX_HOME))

@@ -277,7 +277,7 @@ class Sandbox:
         """
         if not self.available or self.binary is None:
             raise RuntimeError(f"no sandbox: {self.reason}")
-        private = self._private_files()
+        private = self.private_files()
         profile = build_profile(
             policy,
             empty_file=private / "empty",
@@ -328,7 +328,7 @@ class Sandbox:
         limit = process_limit(self.run_as[0], self.process_headroom)
         return [str(self.limiter), f"--nproc={limit}", "--", *argv]
 
-    def _private_files(self) -> Path:
+    def private_files(self) -> Path:
         """A private host directory with what every sandbox is shown read-only.
 
         `empty` is bound over masked files. `gitconfig` becomes the home's

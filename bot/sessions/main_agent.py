@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bot.engine import ApprovalFunc, Engine, Hook, LLMClient, Meter
@@ -19,6 +19,7 @@ from bot.subagents import (
 )
 from bot.subagents.control import control_tools
 from bot.tools import ToolRegistry
+from bot.tools.base import Tool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,13 +52,16 @@ class MainAgent:
         runner: SubAgentRunner,
         context_window: int | None = None,
         counter: TokenCounter | None = None,
+        extra_tools: Callable[[], Sequence[Tool]] | None = None,
     ) -> None:
         """`context_window` bounds every request in tokens; `counter` (by default the
-        runner's, so one calibration serves a model) counts them.
+        runner's, so one calibration serves a model) counts them. `extra_tools` gives,
+        at the start of each turn, the tools of the MCP servers that are up then.
         """
         self.llm = llm
         self.model = model
         self.tools = tools
+        self.extra_tools = extra_tools
         self.hooks = tuple(hooks)
         self.system_prompt = system_prompt
         self.max_turns = max_turns
@@ -69,9 +73,16 @@ class MainAgent:
             llm=llm, model=model, counter=self.counter, context_window=context_window
         )
 
-    def parent_context(self, turn: Turn) -> ParentContext:
+    def turn_tools(self) -> ToolRegistry:
+        """The tools of a turn starting now: the site's, and those of every MCP server
+        that is up (its sub-agents inherit from these)."""
+        if self.extra_tools is None:
+            return self.tools
+        return self.tools.with_tools(self.extra_tools())
+
+    def parent_context(self, turn: Turn, tools: ToolRegistry | None = None) -> ParentContext:
         return ParentContext(
-            tools=self.tools,
+            tools=self.turn_tools() if tools is None else tools,
             model=self.model,
             approval=turn.approval,
             session_id=turn.session.id,
@@ -84,13 +95,14 @@ class MainAgent:
         )
 
     def build_engine(self, turn: Turn) -> Engine:
+        tools = self.turn_tools()
         task_tool = TaskTool(
-            registry=self.registry, runner=self.runner, parent=self.parent_context(turn)
+            registry=self.registry, runner=self.runner, parent=self.parent_context(turn, tools)
         )
         return Engine(
             llm=self.llm,
             model=self.model,
-            tools=self.tools.with_tools(
+            tools=tools.with_tools(
                 [
                     task_tool,
                     *control_tools(self.runner.tracker, session_id=turn.session.id, parent_id=None),

@@ -6,6 +6,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -20,6 +21,35 @@ DEFAULT_OUTPUT_LIMIT = 30_000
 # finds, on the object it actually opened, a reason to ask (a file with several hard
 # links) refuses unless a person already said yes to this very call.
 person_approved: ContextVar[bool] = ContextVar("person_approved", default=False)
+
+
+# Tool names a rule or an agent file may cover with a trailing `*`: an MCP server's
+# (`mcp__tracker__*`), or every MCP tool (`mcp__*`). Other names are exact.
+MCP_PREFIX = "mcp__"
+
+
+def name_matches(pattern: str, name: str) -> bool:
+    """Whether a tool name in a rule or an agent file covers the tool `name`."""
+    if pattern.endswith("*") and pattern.startswith(MCP_PREFIX):
+        return name.startswith(pattern[:-1])
+    return pattern == name
+
+
+@dataclass(frozen=True, slots=True)
+class ToolImage:
+    """An image a tool returns, for the model to see: media type and base64 bytes."""
+
+    name: str
+    media_type: str
+    data: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """What a tool returns when text alone does not carry it: the text, and images."""
+
+    text: str
+    images: tuple[ToolImage, ...] = ()
 
 
 class ToolArguments(BaseModel):
@@ -51,8 +81,14 @@ class Tool(ABC):
     ends_run: ClassVar[bool] = False
 
     @abstractmethod
-    async def run(self, args: Any) -> str:
-        """Do the work and return the text the model sees; raise `ToolError` to fail."""
+    async def run(self, args: Any) -> str | ToolOutput:
+        """Do the work and return what the model sees (text, or text and images); raise
+        `ToolError` to fail."""
+
+    def unruled_reason(self) -> str:
+        """Why a call of this tool asks a person when no rule names it (and it is not
+        read-only)."""
+        return f"{self.name} can change files or run programs, and no rule allows it"
 
     def schema(self) -> dict[str, Any]:
         """The Chat Completions `tools` entry for this tool."""
@@ -112,13 +148,18 @@ class ToolRegistry:
         return [tool.schema() for tool in self._tools.values()]
 
     def only(self, names: Iterable[str]) -> ToolRegistry:
-        """A registry holding just the named tools that this one has, in this one's order."""
-        wanted = set(names)
-        return ToolRegistry(t for n, t in self._tools.items() if n in wanted)
+        """A registry holding just the named tools that this one has, in this one's order
+        (`mcp__server__*` names all of a server's tools)."""
+        wanted = tuple(names)
+        return ToolRegistry(
+            t for n, t in self._tools.items() if any(name_matches(w, n) for w in wanted)
+        )
 
     def without(self, names: Iterable[str]) -> ToolRegistry:
-        unwanted = set(names)
-        return ToolRegistry(t for n, t in self._tools.items() if n not in unwanted)
+        unwanted = tuple(names)
+        return ToolRegistry(
+            t for n, t in self._tools.items() if not any(name_matches(u, n) for u in unwanted)
+        )
 
     def with_tools(self, tools: Iterable[Tool]) -> ToolRegistry:
         return ToolRegistry([*self._tools.values(), *tools])

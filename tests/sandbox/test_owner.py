@@ -141,7 +141,7 @@ async def test_commands_run_as_the_workspace_owner(owned: Site) -> None:
     out = await run(bash, "id -u; id -g; id -G; stat -c %u .")
     assert out == f"exit code 0\n{OWNER}\n{OWNER}\n{OWNER}\n{OWNER}\n"
     # What bwrap reads as the owner holds nothing secret, and nobody else may change it.
-    private = sandbox._private_files()
+    private = sandbox.private_files()
     assert private.stat().st_mode & 0o777 == 0o755
     assert {(p.name, p.stat().st_mode & 0o777) for p in private.iterdir()} == {
         ("empty", 0o444),

@@ -1,0 +1,183 @@
+"""How Baton reaches one MCP server: its stdio process inside the OS sandbox, or its
+Streamable HTTP endpoint.
+
+Both give the SDK's transport, an async context manager yielding the (read, write)
+streams a `ClientSession` talks over. What the server is given is decided here:
+
+- stdio: bwrap runs `command` with the server's `env` (`${NAME}` expanded) plus PATH,
+  HOME (the sandbox's empty home) and LANG, and nothing else of Baton's environment;
+  the host's system directories and `paths` read-only, no network unless `network`.
+- HTTP: Baton calls `url` with `headers` (`${NAME}` expanded).
+
+Neither ever carries one of Baton's own secrets: a name is refused when the config is
+read (`bot.config.SECRET_VARIABLES`), a value here, whatever variable it came from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx2
+from mcp import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from bot.config import ENV_REFERENCE, McpServerConfig
+from bot.errors import BatonError
+from bot.sandbox import SANDBOX_HOME, Sandbox
+from bot.sandbox.environment import DEFAULT_PATH
+from bot.sandbox.profile import build_server_profile
+
+# A Streamable HTTP server's answers may stream for a while; connecting may not.
+HTTP_CONNECT_S = 10.0
+# What stdio_client adds to every server's environment, taken out again in the sandbox.
+_SDK_DEFAULTS = ("LOGNAME", "SHELL", "TERM", "USER")
+
+Transport = AbstractAsyncContextManager[Any]
+Opener = Callable[[TextIO, Sandbox], Transport]
+
+
+class LaunchError(BatonError):
+    """A server cannot be started as configured (a variable unset, a path missing, no
+    sandbox); the message says which."""
+
+
+def expand(
+    values: Mapping[str, str], environ: Mapping[str, str], secrets: Collection[str], where: str
+) -> dict[str, str]:
+    """`values` with each `${NAME}` replaced by that environment variable.
+
+    Raises:
+        LaunchError: A variable is not set, or a value holds one of Baton's secrets.
+    """
+    expanded: dict[str, str] = {}
+    for key, value in values.items():
+
+        def variable(match: Any, key: str = key) -> str:
+            name = match.group(1)
+            if name not in environ:
+                raise LaunchError(f"{where}.{key} uses ${{{name}}}, which is not set")
+            return environ[name]
+
+        text = ENV_REFERENCE.sub(variable, value)
+        if any(secret and secret in text for secret in secrets):
+            raise LaunchError(
+                f"{where}.{key} holds one of Baton's own secrets: an MCP server never gets them"
+            )
+        expanded[key] = text
+    return expanded
+
+
+def stdio_transport(
+    name: str,
+    config: McpServerConfig,
+    *,
+    sandbox: Sandbox,
+    environ: Mapping[str, str],
+    secrets: Collection[str],
+    masked: Sequence[Path],
+    errlog: TextIO,
+) -> Transport:
+    """The stdio transport of a server: its command under bwrap, its stderr to `errlog`.
+
+    Raises:
+        LaunchError: No sandbox here, a path missing, or a bad `env` value.
+    """
+    assert config.command is not None
+    if not sandbox.available or sandbox.binary is None:
+        raise LaunchError(
+            f"stdio MCP servers run only in the OS sandbox, and there is none here: "
+            f"{sandbox.reason}"
+        )
+    missing = [str(p) for p in config.paths if not p.exists()]
+    if missing:
+        raise LaunchError(f"mcp_servers.{name}.paths: {', '.join(missing)} does not exist")
+    env = {
+        "PATH": DEFAULT_PATH,
+        "HOME": str(SANDBOX_HOME),
+        "LANG": environ.get("LANG", "C.UTF-8"),
+        **expand(config.env, environ, secrets, f"mcp_servers.{name}.env"),
+    }
+    empty = sandbox.private_files() / "empty"
+    profile = build_server_profile(
+        paths=[p.resolve() for p in config.paths],
+        masked=masked,
+        network=config.network,
+        empty_file=empty,
+        user_namespace=sandbox.user_namespace,
+    )
+    # The SDK adds a few of Baton's own variables (who runs it, its shell): not inside.
+    unset = [item for variable in _SDK_DEFAULTS for item in ("--unsetenv", variable)]
+    parameters = StdioServerParameters(
+        command=str(sandbox.binary),
+        args=[*profile, *unset, "--", *config.command],
+        env=env,
+        cwd="/",
+    )
+    return stdio_client(parameters, errlog=errlog)
+
+
+def http_transport(
+    name: str,
+    config: McpServerConfig,
+    *,
+    environ: Mapping[str, str],
+    secrets: Collection[str],
+) -> Transport:
+    """The Streamable HTTP transport of a server, with its headers.
+
+    Raises:
+        LaunchError: A bad `headers` value.
+    """
+    assert config.url is not None
+    headers = expand(config.headers, environ, secrets, f"mcp_servers.{name}.headers")
+    return _http(config.url, headers, config.timeout_s)
+
+
+@contextlib.asynccontextmanager
+async def _http(url: str, headers: dict[str, str], read_s: float) -> AsyncIterator[Any]:
+    # Our own client: the SDK takes headers and timeouts only this way, and we close it.
+    timeout = httpx2.Timeout(HTTP_CONNECT_S, read=max(read_s, HTTP_CONNECT_S) + 5)
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as client:
+        async with streamable_http_client(url, http_client=client) as streams:
+            yield streams
+
+
+def secret_values(config: McpServerConfig, environ: Mapping[str, str]) -> list[str]:
+    """The values a server's `${NAME}` references expand to: kept out of what people
+    read (failure reasons, logs)."""
+    values = [*config.env.values(), *config.headers.values()]
+    names = {name for value in values for name in ENV_REFERENCE.findall(value)}
+    return [environ[name] for name in names if environ.get(name)]
+
+
+def opener(
+    name: str,
+    config: McpServerConfig,
+    *,
+    environ: Mapping[str, str] | None = None,
+    secrets: Collection[str],
+    masked: Sequence[Path],
+) -> Opener:
+    """A function making a fresh transport for each connection attempt: a stdio
+    server's in the sandbox given, its stderr to the file given."""
+    environment = dict(os.environ if environ is None else environ)
+
+    def open_transport(errlog: TextIO, sandbox: Sandbox) -> Transport:
+        if config.transport == "stdio":
+            return stdio_transport(
+                name,
+                config,
+                sandbox=sandbox,
+                environ=environment,
+                secrets=secrets,
+                masked=masked,
+                errlog=errlog,
+            )
+        return http_transport(name, config, environ=environment, secrets=secrets)
+
+    return open_transport

@@ -1,0 +1,303 @@
+"""The MCP servers of `mcp_servers`, connected once and shared by every run.
+
+Each server has one owner task (the SDK's transports must be entered and left in the
+same task): it connects, lists the tools, then keeps the session, pinging it, until the
+connection is lost; then it retries, waiting longer each time. Runs call tools on the
+shared session concurrently. A server that fails is reported once per failure (log,
+`status()` for `baton mcp` and App Home), its tools leave the next runs' tool lists,
+and a call to one already held gets a clear tool error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from mcp import ClientSession, MCPError
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, PaginatedRequestParams
+from mcp.types import Tool as RemoteTool
+
+from bot.config import McpServerConfig
+from bot.errors import ToolError
+from bot.mcp.launch import Opener
+from bot.mcp.results import error_text, result_output
+from bot.mcp.tools import McpTool, usable_schema
+from bot.redaction import Redactor
+from bot.sandbox import Sandbox
+from bot.tools.base import ToolOutput
+
+logger = logging.getLogger(__name__)
+
+# Connecting: the handshake and the tool list, each request within this.
+CONNECT_TIMEOUT_S = 30.0
+# While up, the session is pinged this often; a ping unanswered this long is a loss.
+PING_EVERY_S = 15.0
+PING_TIMEOUT_S = 10.0
+# Waits between attempts after a failure; the last one repeats.
+RETRY_DELAYS_S = (2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+# Pages of tools read from one server at most (a server paging for ever stops here).
+MAX_PAGES = 50
+# Tools offered from all servers together: Chat Completions takes 128 in all, and
+# Baton's own need room.
+MAX_TOOLS = 96
+# Lines of a stdio server's stderr quoted when it fails.
+STDERR_LINES = 3
+
+State = Literal["connecting", "up", "failed"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerStatus:
+    """What a person is told about one server."""
+
+    name: str
+    transport: Literal["stdio", "http"]
+    state: State
+    # Why it is not up (the last failure), when it is not.
+    reason: str | None = None
+    tools: tuple[str, ...] = ()
+    # Tools the server listed that are not offered, each with why.
+    skipped: tuple[str, ...] = ()
+
+
+class McpServer:
+    """One configured server: its connection, kept by `run`, and its tools."""
+
+    def __init__(
+        self,
+        name: str,
+        config: McpServerConfig,
+        *,
+        open_transport: Opener,
+        log_dir: Path,
+        redact: Redactor,
+        retry_delays: Sequence[float] = RETRY_DELAYS_S,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.open_transport = open_transport
+        self.log_path = log_dir / f"mcp-{name}.log"
+        self.redact = redact
+        self.retry_delays = tuple(retry_delays)
+        self.state: State = "connecting"
+        self.reason: str | None = None
+        self.tools: tuple[McpTool, ...] = ()
+        self.skipped: tuple[str, ...] = ()
+        self._session: ClientSession | None = None
+        self._lost = asyncio.Event()
+        # Where stdio servers run: set by `McpServers.start`.
+        self.sandbox = Sandbox.unavailable("not started")
+        # Set once the first attempt has ended (up or failed): `baton mcp` waits for it.
+        self.settled = asyncio.Event()
+
+    def status(self) -> ServerStatus:
+        return ServerStatus(
+            name=self.name,
+            transport=self.config.transport,
+            state=self.state,
+            reason=self.reason,
+            tools=tuple(tool.name for tool in self.tools),
+            skipped=self.skipped,
+        )
+
+    async def run(self) -> None:
+        """Keep the server connected until cancelled."""
+        failures = 0
+        while True:
+            try:
+                await self._connect_and_keep()
+                reason = "the connection was lost"
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                reason = self.redact(_describe(exc))
+            if self.state == "up":
+                failures = 0
+            self._down(reason + self._stderr_tail())
+            delay = self.retry_delays[min(failures, len(self.retry_delays) - 1)]
+            failures += 1
+            await asyncio.sleep(delay)
+
+    async def call(self, tool: str, arguments: dict[str, object]) -> ToolOutput:
+        """Call one of the server's tools; a `ToolError` saying why when it cannot."""
+        session = self._session
+        if session is None or self.state != "up":
+            raise ToolError(
+                f"the MCP server {self.name} is not connected ({self.reason or 'connecting'}); "
+                "Baton keeps trying to reconnect it, its tools are unavailable meanwhile"
+            )
+        try:
+            result = await session.call_tool(
+                tool, arguments, read_timeout_seconds=self.config.timeout_s
+            )
+        except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:
+                raise ToolError(
+                    f"the MCP server {self.name} did not answer within "
+                    f"{self.config.timeout_s:g} s; the call was cancelled"
+                ) from None
+            if exc.code == CONNECTION_CLOSED:
+                self._lost.set()
+                raise ToolError(
+                    f"the MCP server {self.name} closed the connection during the call; "
+                    "Baton reconnects it"
+                ) from None
+            raise ToolError(
+                f"the MCP server {self.name} refused the call: {self.redact(exc.message)}"
+            ) from None
+        except Exception as exc:  # a transport torn down mid-call, a result it cannot read
+            self._lost.set()
+            raise ToolError(
+                f"the call to the MCP server {self.name} failed: {self.redact(_describe(exc))}"
+            ) from None
+        if result.is_error:
+            raise ToolError(f"{tool} (MCP server {self.name}): {error_text(result)}")
+        return result_output(f"mcp__{self.name}__{tool}", result)
+
+    async def _connect_and_keep(self) -> None:
+        errlog = await asyncio.to_thread(open, self.log_path, "w", encoding="utf-8")
+        with errlog:
+            async with self.open_transport(errlog, self.sandbox) as (read, write):
+                async with ClientSession(
+                    read, write, read_timeout_seconds=CONNECT_TIMEOUT_S
+                ) as session:
+                    await session.initialize()
+                    remote = await _list_tools(session)
+                    self._up(session, remote)
+                    try:
+                        await self._keep(session)
+                    finally:
+                        self._session = None
+
+    async def _keep(self, session: ClientSession) -> None:
+        """Return when the connection is lost: a call saw it close, or a ping failed."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(PING_EVERY_S):
+                    await self._lost.wait()
+                return
+            try:
+                async with asyncio.timeout(PING_TIMEOUT_S):
+                    await session.send_ping()
+            except (MCPError, TimeoutError):
+                return
+
+    def _up(self, session: ClientSession, remote: Sequence[RemoteTool]) -> None:
+        tools: list[McpTool] = []
+        skipped: list[str] = []
+        names: set[str] = set()
+        for item in remote:
+            parameters = usable_schema(item)
+            if parameters is None:
+                skipped.append(f"{item.name}: its input schema is not a usable JSON object")
+                continue
+            tool = McpTool(self, item, parameters)
+            if tool.name in names:
+                skipped.append(f"{item.name}: another of its tools has the same name")
+                continue
+            names.add(tool.name)
+            tools.append(tool)
+        if skipped:
+            logger.warning("MCP server %s: tools not offered: %s", self.name, "; ".join(skipped))
+        self.tools, self.skipped = tuple(tools), tuple(skipped)
+        self._lost.clear()
+        self._session = session
+        self.state, self.reason = "up", None
+        self.settled.set()
+        logger.info("MCP server %s is up with %d tools", self.name, len(tools))
+
+    def _down(self, reason: str) -> None:
+        """Mark the server down; say so once per failure (not at every retry)."""
+        if self.state != "failed" or self.reason != reason:
+            logger.warning("MCP server %s is not available: %s", self.name, reason)
+        else:
+            logger.debug("MCP server %s: still not available: %s", self.name, reason)
+        self.state, self.reason = "failed", reason
+        self._session = None
+        self.tools = ()
+        self.settled.set()
+
+    def _stderr_tail(self) -> str:
+        if self.config.transport != "stdio":
+            return ""
+        try:
+            lines = self.log_path.read_text("utf-8", "replace").splitlines()
+        except OSError:
+            return ""
+        tail = [line.strip() for line in lines if line.strip()][-STDERR_LINES:]
+        return f" (its stderr: {self.redact(' | '.join(tail))[:500]})" if tail else ""
+
+
+class McpServers:
+    """Every configured server, started together and shared by all runs."""
+
+    def __init__(self, servers: Sequence[McpServer]) -> None:
+        self.servers = tuple(servers)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self, sandbox: Sandbox) -> None:
+        """Start connecting every server in the background (stdio ones in `sandbox`);
+        returns at once."""
+        if self._tasks:
+            return
+        for server in self.servers:
+            server.sandbox = sandbox
+        self._tasks = [
+            asyncio.create_task(server.run(), name=f"mcp-{server.name}") for server in self.servers
+        ]
+
+    async def settle(self) -> None:
+        """Wait until every server's first attempt has ended (up or failed)."""
+        for server in self.servers:
+            await server.settled.wait()
+
+    def tools(self) -> list[McpTool]:
+        """The tools of every server that is up now, at most `MAX_TOOLS` in all."""
+        offered: list[McpTool] = []
+        for server in self.servers:
+            if server.state == "up":
+                offered += server.tools
+        return offered[:MAX_TOOLS]
+
+    def status(self) -> list[ServerStatus]:
+        return [server.status() for server in self.servers]
+
+    async def close(self) -> None:
+        """Disconnect every server (stdio servers are stopped)."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+
+async def _list_tools(session: ClientSession) -> list[RemoteTool]:
+    tools: list[RemoteTool] = []
+    cursor: str | None = None
+    for _ in range(MAX_PAGES):
+        page = await session.list_tools(
+            params=PaginatedRequestParams(cursor=cursor) if cursor else None
+        )
+        tools += page.tools
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception, unwrapping the groups the SDK's task groups raise."""
+    while isinstance(exc, BaseExceptionGroup):
+        inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        if not inner:
+            break
+        exc = inner[0]
+    if isinstance(exc, MCPError):
+        return exc.message
+    text = str(exc).strip()
+    kind = type(exc).__name__
+    return f"{kind}: {text}" if text else kind

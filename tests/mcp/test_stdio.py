@@ -1,0 +1,258 @@
+"""stdio MCP servers: listed, called, and contained by the sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.errors import ToolError
+from bot.mcp import McpServers
+from bot.sandbox import Sandbox
+from tests.mcp.conftest import DEMO, HERE, make_server, started, stdio_config, until
+
+
+async def test_a_stdio_server_offers_its_tools_with_its_descriptions_and_schemas(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    server = make_server("tracker", stdio_config(), tmp_path)
+    group = await started([server], sandbox)
+    try:
+        assert server.status().state == "up"
+        tools = {tool.name: tool for tool in group.tools()}
+        assert "mcp__tracker__search_issues" in tools
+        schema = tools["mcp__tracker__add"].schema()["function"]
+        assert schema["description"] == "Add two integers."
+        assert schema["parameters"]["properties"]["a"]["type"] == "integer"
+        assert schema["parameters"]["required"] == ["a"]
+        output = await tools["mcp__tracker__add"].run(
+            tools["mcp__tracker__add"].parse_arguments('{"a": 40}')
+        )
+        assert output.text == "42"
+    finally:
+        await group.close()
+
+
+async def test_the_server_gets_its_env_and_path_home_lang_and_nothing_of_batons(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    environ = {
+        "PATH": "/opt/baton/bin:/usr/bin",
+        "HOME": "/root",
+        "LANG": "en_US.UTF-8",
+        "OPENAI_API_KEY": "sk-baton-secret-value",
+        "SLACK_BOT_TOKEN": "xoxb-baton-secret",
+        "TRACKER_TOKEN": "tracker-token-123",
+        "USER": "baton",
+    }
+    config = stdio_config(env={"TOKEN": "${TRACKER_TOKEN}", "LOG_LEVEL": "info"})
+    server = make_server(
+        "tracker",
+        config,
+        tmp_path,
+        environ=environ,
+        secrets=["sk-baton-secret-value", "xoxb-baton-secret"],
+    )
+    group = await started([server], sandbox)
+    try:
+        seen = json.loads((await server.call("environment", {})).text)
+    finally:
+        await group.close()
+    assert seen.pop("PWD", None) in (None, "/home/sandbox")
+    # Python's own locale coercion (PEP 538) in the server, not Baton's environment.
+    assert seen.pop("LC_CTYPE", None) in (None, "C.UTF-8")
+    assert seen == {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": "/home/sandbox",
+        "LANG": "en_US.UTF-8",
+        "TOKEN": "tracker-token-123",
+        "LOG_LEVEL": "info",
+    }
+
+
+async def test_a_value_holding_a_baton_secret_is_refused(tmp_path: Path, sandbox: Sandbox) -> None:
+    # The name is refused when the config is read; a value is refused whatever its name.
+    config = stdio_config(env={"TOKEN": "${INNOCENT}"})
+    server = make_server(
+        "tracker",
+        config,
+        tmp_path,
+        environ={"INNOCENT": "sk-baton-secret-value"},
+        secrets=["sk-baton-secret-value"],
+    )
+    group = await started([server], sandbox)
+    await group.close()
+    status = server.status()
+    assert status.state == "failed"
+    assert "holds one of Baton's own secrets" in (status.reason or "")
+    assert "sk-baton-secret-value" not in (status.reason or "")
+
+
+async def test_an_unset_variable_fails_the_server_saying_which(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    server = make_server("tracker", stdio_config(env={"T": "${NOT_SET_ANYWHERE}"}), tmp_path)
+    group = await started([server], sandbox)
+    await group.close()
+    assert server.status().state == "failed"
+    assert "${NOT_SET_ANYWHERE}, which is not set" in (server.status().reason or "")
+    assert group.tools() == []
+
+
+async def test_the_server_sees_only_its_paths_read_only(tmp_path: Path, sandbox: Sandbox) -> None:
+    outside = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    server = make_server("tracker", stdio_config(), tmp_path)
+    group = await started([server], sandbox)
+    try:
+        own = (await server.call("read_path", {"path": str(DEMO)})).text
+        hidden = (await server.call("read_path", {"path": str(outside)})).text
+        shadow = (await server.call("read_path", {"path": "/etc/shadow"})).text
+        written = (await server.call("write_path", {"path": str(DEMO), "text": "evil"})).text
+        scratch = (await server.call("write_path", {"path": "/tmp/x", "text": "ok"})).text
+    finally:
+        await group.close()
+    assert "build_demo" in own
+    assert hidden == "cannot read: FileNotFoundError"
+    assert shadow in ("(the tool returned nothing)", "cannot read: PermissionError")
+    assert written.startswith("cannot write: ")
+    assert "build_demo" in DEMO.read_text()
+    assert scratch == "written"  # its own empty /tmp, gone with it
+    assert not Path("/tmp/x").exists() or Path("/tmp/x").read_text() != "ok"
+
+
+async def test_batons_state_and_config_stay_hidden_inside_a_given_path(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "baton.db").write_text("the database")
+    config_file = tmp_path / "baton.yaml"
+    config_file.write_text("model: secret-model")
+    (tmp_path / "data.txt").write_text("server data")
+    config = stdio_config(paths=(*stdio_config().paths, tmp_path))
+    server = make_server("tracker", config, tmp_path / "logs", masked=[state, config_file])
+    (tmp_path / "logs").mkdir()
+    group = await started([server], sandbox)
+    try:
+        data = (await server.call("read_path", {"path": str(tmp_path / "data.txt")})).text
+        database = (await server.call("read_path", {"path": str(state / "baton.db")})).text
+        yaml = (await server.call("read_path", {"path": str(config_file)})).text
+    finally:
+        await group.close()
+    assert data == "server data"
+    assert "the database" not in database
+    assert "secret-model" not in yaml
+
+
+async def test_no_network_unless_the_config_says_so(tmp_path: Path, sandbox: Sandbox) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    closed = make_server("closed", stdio_config(), tmp_path)
+    open_ = make_server("open", stdio_config(network=True), tmp_path)
+    group = await started([closed, open_], sandbox)
+    try:
+        refused = (await closed.call("connect", {"host": "127.0.0.1", "port": port})).text
+        reached = (await open_.call("connect", {"host": "127.0.0.1", "port": port})).text
+    finally:
+        await group.close()
+        listener.close()
+    assert refused.startswith("cannot connect")
+    assert reached == "connected"
+
+
+async def test_tool_errors_timeouts_and_odd_content(tmp_path: Path, sandbox: Sandbox) -> None:
+    server = make_server("tracker", stdio_config(timeout_s=0.5), tmp_path)
+    group = await started([server], sandbox)
+    try:
+        with pytest.raises(ToolError, match="fail \\(MCP server tracker\\): .*failed because boom"):
+            await server.call("fail", {"reason": "boom"})
+        with pytest.raises(ToolError, match="did not answer within 0.5 s"):
+            await server.call("slow", {"seconds": 5})
+        # The session is still usable after a timeout.
+        assert (await server.call("add", {"a": 1, "b": 1})).text == "2"
+        with pytest.raises(ToolError, match="Unknown tool|unknown"):
+            await server.call("no_such_tool", {})
+        with pytest.raises(ToolError, match="validation|Field required|missing"):
+            await server.call("add", {"b": "not a number"})
+        media = await server.call("media", {})
+        image = await server.call("image", {})
+    finally:
+        await group.close()
+    assert media.text.splitlines() == [
+        "some text",
+        "[resource file:///notes.txt]",
+        "the notes",
+        "[audio (audio/wav, 8 bytes): not passed to the model]",
+    ]
+    assert len(image.images) == 1
+    assert image.images[0].media_type == "image/png"
+    assert "shown below" in image.text
+
+
+async def test_a_server_that_dies_is_reported_and_reconnected(
+    tmp_path: Path, sandbox: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = make_server("tracker", stdio_config(), tmp_path)
+    group = await started([server], sandbox)
+    try:
+        first = (await server.call("instance", {})).text
+        with pytest.raises(ToolError, match="closed the connection|failed"):
+            await server.call("exit_now", {})
+        await until(lambda: server.state == "failed")
+        assert group.tools() == []  # not offered while it is down
+        with pytest.raises(ToolError, match="not connected"):
+            await server.call("instance", {})
+        await until(lambda: server.state == "up")
+        assert (await server.call("instance", {})).text != first
+    finally:
+        await group.close()
+    assert any("MCP server tracker is not available" in r.message for r in caplog.records)
+
+
+async def test_a_server_that_cannot_start_is_reported_once_and_retried(
+    tmp_path: Path, sandbox: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = stdio_config(command=(sys.executable, str(HERE / "missing_server.py")))
+    server = make_server("broken", config, tmp_path)
+    group = McpServers([server])
+    group.start(sandbox)
+    try:
+        await asyncio.wait_for(group.settle(), 30)
+        tries = []
+        # Several attempts go by (the retry delays are short in the tests).
+        for _ in range(3):
+            await until(lambda: server.state == "failed")
+            tries.append(server.reason)
+            await asyncio.sleep(0.3)
+    finally:
+        await group.close()
+    assert group.tools() == []
+    reason = server.status().reason or ""
+    assert "missing_server.py" in reason  # its stderr, quoted
+    warnings = [r for r in caplog.records if "MCP server broken is not available" in r.message]
+    assert len(warnings) == 1
+    with pytest.raises(ToolError, match="MCP server broken is not connected"):
+        await server.call("add", {"a": 1})
+
+
+async def test_no_sandbox_no_stdio_server(tmp_path: Path) -> None:
+    server = make_server("tracker", stdio_config(), tmp_path)
+    group = await started([server], Sandbox.unavailable("bwrap is not installed"))
+    await group.close()
+    assert server.status().state == "failed"
+    assert "only in the OS sandbox" in (server.status().reason or "")
+    assert "bwrap is not installed" in (server.status().reason or "")
+
+
+async def test_a_missing_path_is_named(tmp_path: Path, sandbox: Sandbox) -> None:
+    config = stdio_config(paths=(tmp_path / "nowhere",))
+    server = make_server("tracker", config, tmp_path)
+    group = await started([server], sandbox)
+    await group.close()
+    assert f"{tmp_path / 'nowhere'} does not exist" in (server.status().reason or "")
