@@ -23,7 +23,7 @@ from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, PaginatedRequestParams
 from mcp.types import Tool as RemoteTool
 
 from bot.config import McpServerConfig
-from bot.errors import ToolError
+from bot.errors import BatonError, ToolError
 from bot.mcp.launch import Opener
 from bot.mcp.results import error_text, result_output
 from bot.mcp.tools import McpTool, usable_schema
@@ -298,6 +298,8 @@ def _describe(exc: BaseException) -> str:
         exc = inner[0]
     if isinstance(exc, MCPError):
         return exc.message
+    if isinstance(exc, BatonError):
+        return str(exc)
     text = str(exc).strip()
     kind = type(exc).__name__
     return f"{kind}: {text}" if text else kind

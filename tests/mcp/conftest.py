@@ -15,7 +15,7 @@ import uvicorn
 
 from bot.config import McpServerConfig
 from bot.mcp import McpServer, McpServers
-from bot.mcp.launch import opener
+from bot.mcp.launch import opener, secret_values
 from bot.redaction import Redactor
 from bot.sandbox import Sandbox, SandboxPolicy
 from tests.mcp.demo_server import build_demo
@@ -64,7 +64,7 @@ def make_server(
         config,
         open_transport=opener(name, config, environ=environ, secrets=secrets, masked=masked),
         log_dir=log_dir,
-        redact=Redactor(secrets),
+        redact=Redactor([*secrets, *secret_values(config, environ or {})]),
         retry_delays=QUICK_RETRIES,
     )
 
@@ -76,9 +76,11 @@ async def started(servers: Sequence[McpServer], sandbox: Sandbox) -> McpServers:
     return group
 
 
-async def until(condition: Any, timeout: float = 15.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
+async def until(condition: Any, within: float = 15.0) -> None:
+    """Poll `condition` until it holds; fail the test after `within` seconds."""
+    async with asyncio.timeout(within):
+        # Polling is the point: the condition is a server's state, with no event to wait on.
+        while not condition():  # noqa: ASYNC110
             await asyncio.sleep(0.02)
 
 

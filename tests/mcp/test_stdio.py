@@ -15,6 +15,9 @@ from bot.mcp import McpServers
 from bot.sandbox import Sandbox
 from tests.mcp.conftest import DEMO, HERE, make_server, started, stdio_config, until
 
+# A file of the repository outside the paths the demo server is given.
+OUTSIDE = HERE.parents[1] / "pyproject.toml"
+
 
 async def test_a_stdio_server_offers_its_tools_with_its_descriptions_and_schemas(
     tmp_path: Path, sandbox: Sandbox
@@ -104,7 +107,7 @@ async def test_an_unset_variable_fails_the_server_saying_which(
 
 
 async def test_the_server_sees_only_its_paths_read_only(tmp_path: Path, sandbox: Sandbox) -> None:
-    outside = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    outside = OUTSIDE
     server = make_server("tracker", stdio_config(), tmp_path)
     group = await started([server], sandbox)
     try:
@@ -121,7 +124,6 @@ async def test_the_server_sees_only_its_paths_read_only(tmp_path: Path, sandbox:
     assert written.startswith("cannot write: ")
     assert "build_demo" in DEMO.read_text()
     assert scratch == "written"  # its own empty /tmp, gone with it
-    assert not Path("/tmp/x").exists() or Path("/tmp/x").read_text() != "ok"
 
 
 async def test_batons_state_and_config_stay_hidden_inside_a_given_path(
@@ -170,15 +172,15 @@ async def test_tool_errors_timeouts_and_odd_content(tmp_path: Path, sandbox: San
     server = make_server("tracker", stdio_config(timeout_s=0.5), tmp_path)
     group = await started([server], sandbox)
     try:
-        with pytest.raises(ToolError, match="fail \\(MCP server tracker\\): .*failed because boom"):
+        with pytest.raises(ToolError, match=r"fail \(MCP server tracker\): .*failed because boom"):
             await server.call("fail", {"reason": "boom"})
-        with pytest.raises(ToolError, match="did not answer within 0.5 s"):
+        with pytest.raises(ToolError, match=r"did not answer within 0\.5 s"):
             await server.call("slow", {"seconds": 5})
         # The session is still usable after a timeout.
         assert (await server.call("add", {"a": 1, "b": 1})).text == "2"
-        with pytest.raises(ToolError, match="Unknown tool|unknown"):
+        with pytest.raises(ToolError, match=r"Unknown tool|unknown"):
             await server.call("no_such_tool", {})
-        with pytest.raises(ToolError, match="validation|Field required|missing"):
+        with pytest.raises(ToolError, match=r"validation|Field required|missing"):
             await server.call("add", {"b": "not a number"})
         media = await server.call("media", {})
         image = await server.call("image", {})
@@ -202,11 +204,11 @@ async def test_a_server_that_dies_is_reported_and_reconnected(
     group = await started([server], sandbox)
     try:
         first = (await server.call("instance", {})).text
-        with pytest.raises(ToolError, match="closed the connection|failed"):
+        with pytest.raises(ToolError, match=r"closed the connection|failed"):
             await server.call("exit_now", {})
         await until(lambda: server.state == "failed")
         assert group.tools() == []  # not offered while it is down
-        with pytest.raises(ToolError, match="not connected"):
+        with pytest.raises(ToolError, match=r"not connected"):
             await server.call("instance", {})
         await until(lambda: server.state == "up")
         assert (await server.call("instance", {})).text != first
@@ -237,7 +239,7 @@ async def test_a_server_that_cannot_start_is_reported_once_and_retried(
     assert "missing_server.py" in reason  # its stderr, quoted
     warnings = [r for r in caplog.records if "MCP server broken is not available" in r.message]
     assert len(warnings) == 1
-    with pytest.raises(ToolError, match="MCP server broken is not connected"):
+    with pytest.raises(ToolError, match=r"MCP server broken is not connected"):
         await server.call("add", {"a": 1})
 
 
