@@ -49,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("run", help="run the Slack bot (the default)")
     commands.add_parser("agents", help="list the sub-agents, invalid files and shadowing")
+    commands.add_parser(
+        "mcp", help="connect to the MCP servers of baton.yaml and list them with their tools"
+    )
     chat = commands.add_parser("chat", help="talk to the main agent in this terminal")
     chat.add_argument(
         "--session", default="default", help="name of the terminal session to continue"
@@ -64,6 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "agents":
             print(render_agents(settings), end="")
             return 0
+        if args.command == "mcp":
+            report, healthy = asyncio.run(check_mcp_servers(settings))
+            print(report, end="")
+            return 0 if healthy else 1
         if args.command == "chat":
             from bot.chat import run_chat
 
@@ -100,6 +107,30 @@ def configure_logging(level: str, log_format: str) -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=name, handlers=[handler])
+
+
+async def check_mcp_servers(settings: Settings) -> tuple[str, bool]:
+    """The `baton mcp` report, after each server's first attempt to connect (stdio ones
+    in the sandbox of the default workspace, as the bot runs them); and whether every
+    server is up."""
+    from bot.mcp import build_servers
+    from bot.mcp.report import listing
+    from bot.sandbox import Sandbox, SandboxPolicy
+
+    servers = build_servers(settings, masked=[settings.config_path] if settings.config_path else [])
+    sandbox = Sandbox.unavailable("no stdio server is configured")
+    if any(c.transport == "stdio" for c in settings.mcp_servers.values()):
+        sandbox = await Sandbox.probe(
+            SandboxPolicy.for_workspace(settings.workspace, network=settings.sandbox.network)
+        )
+    servers.start(sandbox)
+    try:
+        await servers.settle()
+        statuses = servers.status()
+        report = listing(statuses, dict(settings.mcp_servers), servers.tools())
+    finally:
+        await servers.close()
+    return report, all(status.state == "up" for status in statuses)
 
 
 def render_agents(settings: Settings) -> str:

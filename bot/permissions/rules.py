@@ -78,6 +78,11 @@ class Rule:
                 f"{text!r}: only MCP tool names take a `*` (mcp__tracker__* names every "
                 "tool of the server tracker); name other tools exactly"
             )
+        if tool.startswith(MCP_PREFIX) and pattern is not None:
+            raise ValueError(
+                f"{text!r}: a rule for an MCP tool takes no pattern in parentheses (its "
+                "arguments are the server's); name the tool, or mcp__<server>__*"
+            )
         if pattern is not None and not pattern.strip():
             raise ValueError(f"{text!r} has an empty pattern in its parentheses")
         return cls(tool=tool, pattern=pattern, text=text.strip())

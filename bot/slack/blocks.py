@@ -755,13 +755,15 @@ def home_view(
     warning: str | None = None,
     usage: str | None = None,
     feedback: str | None = None,
+    servers: str | None = None,
 ) -> dict[str, Any]:
     """The App Home tab: task counts, today's usage and the viewer's recent tasks.
 
     `warning` is something every user should know before giving work (commands running
     without a sandbox); it stands right under the title. `usage` is one line of the
     viewer's token usage today; `feedback` one line of how their answers were rated
-    (see `feedback_line`).
+    (see `feedback_line`). `servers` is one line of the MCP servers' state (which are
+    up, which not and why: `bot.mcp.report.summary`).
     """
     blocks: list[Block] = [
         {
@@ -776,6 +778,8 @@ def home_view(
         blocks.append(_context(escape_mrkdwn(_clip(usage, 2_000))))
     if feedback:
         blocks.append(_context(escape_mrkdwn(_clip(feedback, 2_000))))
+    if servers:
+        blocks.append(_context(escape_mrkdwn(_clip(servers, 2_000))))
     blocks += [
         {"type": "divider"},
         _section("*Your recent tasks*"),

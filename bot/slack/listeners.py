@@ -17,6 +17,7 @@ from bot.access.deciders import Deciders
 from bot.access.refusal import Refusal
 from bot.app import Baton
 from bot.errors import SteeringFull
+from bot.mcp.report import summary
 from bot.slack.approval_views import APPROVE, DENY, SHOW_ARGUMENTS, recent_decisions_blocks
 from bot.slack.approvals import SlackApprovals, approval_value
 from bot.slack.blocks import (
@@ -142,6 +143,7 @@ class Listeners:
                 warning=self.baton.sandbox_notice,
                 usage=describe_usage(usage),
                 feedback=feedback_line(rated.good, rated.bad),
+                servers=summary(self.baton.mcp.status()),
             ),
         )
 

@@ -41,8 +41,11 @@ async def test_a_stdio_server_offers_its_tools_with_its_descriptions_and_schemas
 
 
 async def test_the_server_gets_its_env_and_path_home_lang_and_nothing_of_batons(
-    tmp_path: Path, sandbox: Sandbox
+    tmp_path: Path, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Baton's own process environment, as the SDK would read it too.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-baton-secret-value")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://baton:db-password@db/baton")
     environ = {
         "PATH": "/opt/baton/bin:/usr/bin",
         "HOME": "/root",
@@ -63,8 +66,14 @@ async def test_the_server_gets_its_env_and_path_home_lang_and_nothing_of_batons(
     group = await started([server], sandbox)
     try:
         seen = json.loads((await server.call("environment", {})).text)
+        # The sandbox's first process (bwrap's) keeps the environment bwrap started with.
+        first = (await server.call("read_path", {"path": "/proc/1/environ"})).text
     finally:
         await group.close()
+    assert "HOME=/home/sandbox" in first  # it could be read: the check below means something
+    for secret in ("sk-baton-secret-value", "xoxb-baton-secret", "db-password"):
+        assert secret not in first
+        assert secret not in json.dumps(seen)
     assert seen.pop("PWD", None) in (None, "/home/sandbox")
     # Python's own locale coercion (PEP 538) in the server, not Baton's environment.
     assert seen.pop("LC_CTYPE", None) in (None, "C.UTF-8")
