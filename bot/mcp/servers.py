@@ -26,6 +26,7 @@ from bot.config import McpServerConfig
 from bot.errors import BatonError, ToolError
 from bot.mcp.launch import Opener
 from bot.mcp.results import error_text, result_output
+from bot.mcp.stderr import StderrCapture
 from bot.mcp.tools import McpTool, usable_schema
 from bot.redaction import Redactor
 from bot.sandbox import Sandbox
@@ -89,7 +90,10 @@ class McpServer:
         self.tools: tuple[McpTool, ...] = ()
         self.skipped: tuple[str, ...] = ()
         self._session: ClientSession | None = None
+        # Set when a call finds the connection gone: one event per connection, so a late
+        # failure of an old one cannot end the next.
         self._lost = asyncio.Event()
+        self._stderr: StderrCapture | None = None
         # Where stdio servers run: set by `McpServers.start`.
         self.sandbox = Sandbox.unavailable("not started")
         # Set once the first attempt has ended (up or failed): `baton mcp` waits for it.
@@ -125,7 +129,7 @@ class McpServer:
 
     async def call(self, tool: str, arguments: dict[str, object]) -> ToolOutput:
         """Call one of the server's tools; a `ToolError` saying why when it cannot."""
-        session = self._session
+        session, lost = self._session, self._lost
         if session is None or self.state != "up":
             raise ToolError(
                 f"the MCP server {self.name} is not connected ({self.reason or 'connecting'}); "
@@ -142,7 +146,7 @@ class McpServer:
                     f"{self.config.timeout_s:g} s; the call was cancelled"
                 ) from None
             if exc.code == CONNECTION_CLOSED:
-                self._lost.set()
+                lost.set()
                 raise ToolError(
                     f"the MCP server {self.name} closed the connection during the call; "
                     "Baton reconnects it"
@@ -151,7 +155,7 @@ class McpServer:
                 f"the MCP server {self.name} refused the call: {self.redact(exc.message)}"
             ) from None
         except Exception as exc:  # a transport torn down mid-call, a result it cannot read
-            self._lost.set()
+            lost.set()
             raise ToolError(
                 f"the call to the MCP server {self.name} failed: {self.redact(_describe(exc))}"
             ) from None
@@ -160,9 +164,11 @@ class McpServer:
         return result_output(f"mcp__{self.name}__{tool}", result)
 
     async def _connect_and_keep(self) -> None:
-        errlog = await asyncio.to_thread(open, self.log_path, "w", encoding="utf-8")
-        with errlog:
+        self._stderr = StderrCapture(self.log_path)
+        try:
+            errlog = await self._stderr.open()
             async with self.open_transport(errlog, self.sandbox) as (read, write):
+                self._stderr.started()
                 async with ClientSession(
                     read, write, read_timeout_seconds=CONNECT_TIMEOUT_S
                 ) as session:
@@ -173,13 +179,16 @@ class McpServer:
                         await self._keep(session)
                     finally:
                         self._session = None
+        finally:
+            await self._stderr.close()
 
     async def _keep(self, session: ClientSession) -> None:
         """Return when the connection is lost: a call saw it close, or a ping failed."""
+        lost = self._lost
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(PING_EVERY_S):
-                    await self._lost.wait()
+                    await lost.wait()
                 return
             try:
                 async with asyncio.timeout(PING_TIMEOUT_S):
@@ -202,10 +211,13 @@ class McpServer:
                 continue
             names.add(tool.name)
             tools.append(tool)
+        if len(tools) > MAX_TOOLS:
+            skipped.append(f"{len(tools) - MAX_TOOLS} more tools: at most {MAX_TOOLS} are offered")
+            tools = tools[:MAX_TOOLS]
         if skipped:
             logger.warning("MCP server %s: tools not offered: %s", self.name, "; ".join(skipped))
         self.tools, self.skipped = tuple(tools), tuple(skipped)
-        self._lost.clear()
+        self._lost = asyncio.Event()
         self._session = session
         self.state, self.reason = "up", None
         self.settled.set()
@@ -223,14 +235,10 @@ class McpServer:
         self.settled.set()
 
     def _stderr_tail(self) -> str:
-        if self.config.transport != "stdio":
+        if self._stderr is None or self.config.transport != "stdio":
             return ""
-        try:
-            lines = self.log_path.read_text("utf-8", "replace").splitlines()
-        except OSError:
-            return ""
-        tail = [line.strip() for line in lines if line.strip()][-STDERR_LINES:]
-        return f" (its stderr: {self.redact(' | '.join(tail))[:500]})" if tail else ""
+        tail = [_clip(line, 200) for line in self._stderr.tail(STDERR_LINES)]
+        return f" (its stderr: {self.redact(' | '.join(tail))})" if tail else ""
 
 
 class McpServers:
@@ -303,3 +311,7 @@ def _describe(exc: BaseException) -> str:
     text = str(exc).strip()
     kind = type(exc).__name__
     return f"{kind}: {text}" if text else kind
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

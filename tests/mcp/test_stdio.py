@@ -267,3 +267,18 @@ async def test_a_missing_path_is_named(tmp_path: Path, sandbox: Sandbox) -> None
     group = await started([server], sandbox)
     await group.close()
     assert f"{tmp_path / 'nowhere'} does not exist" in (server.status().reason or "")
+
+
+async def test_a_flood_on_stderr_is_capped_on_disk_and_its_last_line_quoted(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    flood = "import sys; sys.stderr.write('x' * 3_000_000 + '\\nlast words\\n'); sys.exit(1)"
+    config = stdio_config(command=(sys.executable, "-c", flood))
+    server = make_server("noisy", config, tmp_path)
+    group = await started([server], sandbox)
+    await group.close()
+    assert "(its stderr: " in (server.status().reason or "")
+    assert "last words" in (server.status().reason or "")
+    log = (tmp_path / "mcp-noisy.log").read_bytes()
+    assert 1024 * 1024 <= len(log) < 1024 * 1024 + 200
+    assert log.endswith(b"[Baton: the rest of this start's stderr is not kept]\n")
