@@ -16,6 +16,7 @@ from bot.config import Settings, load_settings
 from bot.errors import BatonError
 from bot.redaction import redact
 from bot.subagents.definition import AgentDefinition
+from bot.tools.base import MCP_PREFIX
 
 NO_TOKEN_MESSAGE = """\
 baton: SLACK_BOT_TOKEN is not set, so Baton cannot connect to Slack.
@@ -170,8 +171,12 @@ def _render_workspace_agents(settings: Settings, directory: Path) -> str:
         shown = ", ".join(definition.resolve_tools(tools).names()) or "none"
         if not definition.tools and not definition.disallowed_tools:
             shown += " (inherits all)"
+        if listed := [name for name in definition.tools if name.startswith(MCP_PREFIX)]:
+            shown += f" + {', '.join(listed)} (while its MCP server is up)"
         named = {*definition.tools, *definition.disallowed_tools} - {"task"}
-        if unknown := sorted(name for name in named if name not in tools):
+        if unknown := sorted(
+            name for name in named if name not in tools and not _configured_mcp(name, settings)
+        ):
             shown += f" (unknown, ignored: {', '.join(unknown)})"
         rows.append(
             (
@@ -198,6 +203,14 @@ def _render_workspace_agents(settings: Settings, directory: Path) -> str:
             for item in registry.shadowed
         ]
     return "\n".join(lines) + "\n"
+
+
+def _configured_mcp(name: str, settings: Settings) -> bool:
+    """Whether `name` names tools of a configured MCP server (or every MCP tool)."""
+    if not name.startswith(MCP_PREFIX):
+        return False
+    server = name.removeprefix(MCP_PREFIX).split("__")[0]
+    return name == f"{MCP_PREFIX}*" or server in settings.mcp_servers
 
 
 def _options(definition: AgentDefinition) -> str:

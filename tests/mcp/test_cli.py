@@ -62,3 +62,24 @@ def test_no_servers_configured(tmp_path: Path) -> None:
     done = baton_mcp(tmp_path, {})
     assert done.returncode == 0
     assert done.stdout == "No MCP servers are configured (mcp_servers in baton.yaml).\n"
+
+
+def test_baton_agents_shows_mcp_tools_of_configured_servers_and_flags_others(
+    tmp_path: Path,
+) -> None:
+    from bot.cli import render_agents
+    from bot.config import McpServerConfig
+    from tests.conftest import make_settings
+
+    settings = make_settings(
+        tmp_path, "http://127.0.0.1:9/v1", mcp_servers={"tracker": McpServerConfig(url="http://a")}
+    )
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "triage.md").write_text(
+        "---\nname: triage\ndescription: Triage.\n"
+        "tools: read_file, mcp__tracker__*, mcp__wiki__search\n---\nbody\n"
+    )
+    line = next(x for x in render_agents(settings).splitlines() if x.startswith("triage"))
+    assert "read_file + mcp__tracker__*, mcp__wiki__search (while its MCP server is up)" in line
+    assert "(unknown, ignored: mcp__wiki__search)" in line
