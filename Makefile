@@ -25,7 +25,7 @@ test: $(STAMP)
 # The Slack end-to-end suites again, each harness on a fresh PostgreSQL database of its
 # own; needs BATON_TEST_POSTGRES_URL (a server where the user may create databases).
 test-postgres: $(STAMP)
-	BATON_TEST_DATABASE=postgresql $(BIN)/python -m pytest -q tests/slack tests/security
+	BATON_TEST_DATABASE=postgresql $(BIN)/python -m pytest -q tests/slack tests/security tests/mcp
 
 lint: $(STAMP)
 	$(BIN)/ruff check bot tests bench

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.mcp.conftest import DEMO, HERE
@@ -32,6 +33,7 @@ def baton_mcp(tmp_path: Path, servers: dict[str, object]) -> subprocess.Complete
     )  # fmt: skip
 
 
+@pytest.mark.usefixtures("sandbox")
 def test_lists_each_server_with_its_tools_and_exits_0_when_all_are_up(tmp_path: Path) -> None:
     demo = {
         "command": [sys.executable, str(DEMO)],

@@ -19,6 +19,9 @@ from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply, ToolCallS
 from tests.mcp.conftest import stdio_config, until
 from tests.subagents.harness import Router, make_baton, run_turn, wait_finished
 
+# Their stdio server runs in the real sandbox.
+pytestmark = pytest.mark.usefixtures("sandbox")
+
 SEARCH = "mcp__tracker__search_issues"
 CREATE = "mcp__tracker__create_issue"
 

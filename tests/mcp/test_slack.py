@@ -16,6 +16,9 @@ from tests.fakes.openai_api import Reply, ToolCallSpec
 from tests.mcp.conftest import stdio_config
 from tests.slack.harness import ALICE, BOB, SlackHarness, start_harness, until
 
+# Their stdio server runs in the real sandbox.
+pytestmark = pytest.mark.usefixtures("sandbox")
+
 CREATE = "mcp__tracker__create_issue"
 
 
