@@ -247,7 +247,8 @@ async def build_baton(settings: Settings) -> Baton:
     signals = Signals(database)
     tracker = TaskTracker(TaskStore(database), instances, signals=signals)
     config_files = [settings.config_path] if settings.config_path else []
-    mcp = build_servers(settings, masked=config_files)
+    database_files = sqlite_files(database.engine.url)
+    mcp = build_servers(settings, masked=[*config_files, *database_files])
     shared = SharedParts(
         settings=settings,
         model=model,
@@ -255,7 +256,7 @@ async def build_baton(settings: Settings) -> Baton:
         store=SessionStore(database),
         tracker=tracker,
         counter=TokenCounter(),
-        database_files=sqlite_files(database.engine.url),
+        database_files=database_files,
         config_files=config_files,
         mcp_tools=mcp.tools,
     )

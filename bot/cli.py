@@ -114,11 +114,16 @@ async def check_mcp_servers(settings: Settings) -> tuple[str, bool]:
     """The `baton mcp` report, after each server's first attempt to connect (stdio ones
     in the sandbox of the default workspace, as the bot runs them); and whether every
     server is up."""
+    from sqlalchemy.engine import make_url
+
+    from bot.app import sqlite_files
     from bot.mcp import build_servers
     from bot.mcp.report import listing
     from bot.sandbox import Sandbox, SandboxPolicy
 
-    servers = build_servers(settings, masked=[settings.config_path] if settings.config_path else [])
+    config = [settings.config_path] if settings.config_path else []
+    database = sqlite_files(make_url(settings.database_url))
+    servers = build_servers(settings, masked=[*config, *database])
     sandbox = Sandbox.unavailable("no stdio server is configured")
     if any(c.transport == "stdio" for c in settings.mcp_servers.values()):
         sandbox = await Sandbox.probe(
@@ -127,8 +132,9 @@ async def check_mcp_servers(settings: Settings) -> tuple[str, bool]:
     servers.start(sandbox)
     try:
         await servers.settle()
+        tools = servers.tools()  # first: it notes the tools left out by the limits
         statuses = servers.status()
-        report = listing(statuses, dict(settings.mcp_servers), servers.tools())
+        report = listing(statuses, dict(settings.mcp_servers), tools)
     finally:
         await servers.close()
     return report, all(status.state == "up" for status in statuses)

@@ -48,4 +48,6 @@ def build_servers(
                 redact=Redactor([*settings.secret_values, *secret_values(config, environment)]),
             )
         )
-    return McpServers(servers)
+    # Their tools may take about a seventh of the context window (at ~3 characters a
+    # token) in every request.
+    return McpServers(servers, schema_budget=settings.context_window * 3 // 7)

@@ -38,7 +38,7 @@ HTTP_CONNECT_S = 10.0
 _SDK_DEFAULTS = ("LOGNAME", "SHELL", "TERM", "USER")
 
 Transport = AbstractAsyncContextManager[Any]
-Opener = Callable[[TextIO, Sandbox], Transport]
+Opener = Callable[[TextIO | None, Sandbox], Transport]
 
 
 class LaunchError(BatonError):
@@ -96,6 +96,13 @@ def stdio_transport(
     missing = [str(p) for p in config.paths if not p.exists()]
     if missing:
         raise LaunchError(f"mcp_servers.{name}.paths: {', '.join(missing)} does not exist")
+    for path in config.paths:
+        real = path.resolve()
+        if hidden := next((m for m in masked if real.is_relative_to(m.resolve())), None):
+            raise LaunchError(
+                f"mcp_servers.{name}.paths: {path} lies in {hidden}, which is Baton's own "
+                "(its state, database or config): a server never sees it"
+            )
     env = {
         "PATH": DEFAULT_PATH,
         "HOME": str(SANDBOX_HOME),
@@ -117,6 +124,8 @@ def stdio_transport(
         args=[*profile, *unset, "--", *config.command],
         env=env,
         cwd="/",
+        # One bad byte must not silently stop the reader (the default is strict).
+        encoding_error_handler="replace",
     )
     return stdio_client(parameters, errlog=errlog)
 
@@ -167,8 +176,9 @@ def opener(
     server's in the sandbox given, its stderr to the file given."""
     environment = dict(os.environ if environ is None else environ)
 
-    def open_transport(errlog: TextIO, sandbox: Sandbox) -> Transport:
+    def open_transport(errlog: TextIO | None, sandbox: Sandbox) -> Transport:
         if config.transport == "stdio":
+            assert errlog is not None
             return stdio_transport(
                 name,
                 config,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from bot.config import McpServerConfig
 from bot.mcp.servers import ServerStatus
 from bot.mcp.tools import McpTool
 
+# What a server sends (descriptions, stderr in failure reasons) may hold terminal escapes.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 NONE_CONFIGURED = "No MCP servers are configured (mcp_servers in baton.yaml)."
 
 
@@ -34,13 +37,14 @@ def listing(
             lines.append(head + f"up, {len(status.tools)} tools")
             for tool in tools:
                 if tool.server.name == status.name:
-                    lines.append(f"  {tool.name}  {tool.description.splitlines()[0][:100]}")
+                    first = (tool.description.splitlines() or [""])[0]
+                    lines.append(f"  {tool.name}  {first[:100]}")
             lines += [f"  not offered: {skipped}" for skipped in status.skipped]
         elif status.state == "failed":
             lines.append(head + f"FAILED: {status.reason}")
         else:
             lines.append(head + "still connecting")
-    return "\n".join(lines) + "\n"
+    return "\n".join(_CONTROL.sub("?", line) for line in lines) + "\n"
 
 
 def summary(statuses: Sequence[ServerStatus]) -> str | None:

@@ -83,19 +83,36 @@ def _resource(
 def _image(
     tool: str, data: str, media_type: str, shown: int, *, what: str
 ) -> tuple[str, ToolImage | None]:
-    size = _decoded_size(data)
     if media_type not in IMAGE_TYPES:
         return f"[{what} ({media_type}): a type models do not take]", None
-    if size is None:
+    data = "".join(data.split())
+    try:
+        decoded = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
         return f"[{what} ({media_type}): not valid base64, left out]", None
+    size = len(decoded)
+    if not _looks_like(decoded, media_type):
+        # The provider would refuse the whole request for it.
+        return f"[{what}: its bytes are not {media_type}, left out]", None
     if size > MAX_IMAGE_BYTES:
         return f"[{what} ({media_type}, {size:,} bytes): too large to show the model]", None
     if shown >= MAX_IMAGES:
         return f"[{what} ({media_type}): more than {MAX_IMAGES} images, left out]", None
     name = f"{tool}-{shown + 1}"
     return f"[{what} {name} ({media_type}, {size:,} bytes): shown below]", ToolImage(
-        name=name, media_type=media_type, data="".join(data.split())
+        name=name, media_type=media_type, data=data
     )
+
+
+def _looks_like(data: bytes, media_type: str) -> bool:
+    """Whether `data` starts as a file of `media_type` does."""
+    if media_type == "image/png":
+        return data.startswith(b"\x89PNG\r\n\x1a\n")
+    if media_type == "image/jpeg":
+        return data.startswith(b"\xff\xd8\xff")
+    if media_type == "image/gif":
+        return data.startswith((b"GIF87a", b"GIF89a"))
+    return data[:4] == b"RIFF" and data[8:12] == b"WEBP"  # image/webp
 
 
 def _decoded_size(data: str) -> int | None:

@@ -11,15 +11,23 @@ and a call to one already held gets a clear tool error.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+import anyio
+import httpx2
 from mcp import ClientSession, MCPError
-from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, PaginatedRequestParams
+from mcp.types import (
+    CONNECTION_CLOSED,
+    REQUEST_TIMEOUT,
+    CallToolRequest,
+    CallToolRequestParams,
+    CallToolResult,
+    PaginatedRequestParams,
+)
 from mcp.types import Tool as RemoteTool
 
 from bot.config import McpServerConfig
@@ -48,6 +56,18 @@ MAX_PAGES = 50
 MAX_TOOLS = 96
 # Lines of a stdio server's stderr quoted when it fails.
 STDERR_LINES = 3
+
+# A server up this long has recovered: its next failure is reported again, and retried
+# after the first delay. A shorter stay does not reset the waits (a crash loop).
+STABLE_S = 60.0
+# Errors of the connection itself (as opposed to an answer Baton cannot read).
+TRANSPORT_ERRORS = (
+    anyio.ClosedResourceError,
+    anyio.BrokenResourceError,
+    anyio.EndOfStream,
+    ConnectionError,
+    httpx2.TransportError,
+)
 
 State = Literal["connecting", "up", "failed"]
 
@@ -94,6 +114,8 @@ class McpServer:
         # failure of an old one cannot end the next.
         self._lost = asyncio.Event()
         self._stderr: StderrCapture | None = None
+        self._reported: str | None = None
+        self._up_since = 0.0
         # Where stdio servers run: set by `McpServers.start`.
         self.sandbox = Sandbox.unavailable("not started")
         # Set once the first attempt has ended (up or failed): `baton mcp` waits for it.
@@ -120,12 +142,15 @@ class McpServer:
                 raise
             except Exception as exc:
                 reason = self.redact(_describe(exc))
-            if self.state == "up":
+            if self.state == "up" and self._stable():
                 failures = 0
-            self._down(reason + self._stderr_tail())
+            self._down(reason + self._stderr_tail(), again=failures > 0)
             delay = self.retry_delays[min(failures, len(self.retry_delays) - 1)]
             failures += 1
             await asyncio.sleep(delay)
+
+    def _stable(self) -> bool:
+        return asyncio.get_running_loop().time() - self._up_since >= STABLE_S
 
     async def call(self, tool: str, arguments: dict[str, object]) -> ToolOutput:
         """Call one of the server's tools; a `ToolError` saying why when it cannot."""
@@ -136,8 +161,13 @@ class McpServer:
                 "Baton keeps trying to reconnect it, its tools are unavailable meanwhile"
             )
         try:
-            result = await session.call_tool(
-                tool, arguments, read_timeout_seconds=self.config.timeout_s
+            # Not `call_tool`: it checks results against the tool's output schema with
+            # jsonschema on the event loop, and a hostile pattern would freeze the bot
+            # (Baton reads the content, never validates structured output).
+            result = await session.send_request(
+                CallToolRequest(params=CallToolRequestParams(name=tool, arguments=arguments)),
+                CallToolResult,
+                request_read_timeout_seconds=self.config.timeout_s,
             )
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
@@ -154,21 +184,29 @@ class McpServer:
             raise ToolError(
                 f"the MCP server {self.name} refused the call: {self.redact(exc.message)}"
             ) from None
-        except Exception as exc:  # a transport torn down mid-call, a result it cannot read
+        except TRANSPORT_ERRORS as exc:
             lost.set()
             raise ToolError(
-                f"the call to the MCP server {self.name} failed: {self.redact(_describe(exc))}"
+                f"the connection to the MCP server {self.name} failed during the call: "
+                f"{self.redact(_describe(exc))}; Baton reconnects it"
+            ) from None
+        except Exception as exc:  # an answer it cannot read: the connection stays
+            raise ToolError(
+                f"the MCP server {self.name} sent an answer Baton cannot read: "
+                f"{self.redact(_describe(exc))[:300]}"
             ) from None
         if result.is_error:
             raise ToolError(f"{tool} (MCP server {self.name}): {error_text(result)}")
         return result_output(f"mcp__{self.name}__{tool}", result)
 
     async def _connect_and_keep(self) -> None:
-        self._stderr = StderrCapture(self.log_path)
+        stdio = self.config.transport == "stdio"
+        self._stderr = StderrCapture(self.log_path) if stdio else None
         try:
-            errlog = await self._stderr.open()
+            errlog = await self._stderr.open() if self._stderr is not None else None
             async with self.open_transport(errlog, self.sandbox) as (read, write):
-                self._stderr.started()
+                if self._stderr is not None:
+                    self._stderr.started()
                 async with ClientSession(
                     read, write, read_timeout_seconds=CONNECT_TIMEOUT_S
                 ) as session:
@@ -180,15 +218,24 @@ class McpServer:
                     finally:
                         self._session = None
         finally:
-            await self._stderr.close()
+            if self._stderr is not None:
+                await self._stderr.close()
 
     async def _keep(self, session: ClientSession) -> None:
-        """Return when the connection is lost: a call saw it close, or a ping failed."""
+        """Return when the connection is lost: a call saw it close, a stdio server's
+        process ended, or a ping failed."""
         lost = self._lost
+        ended = self._stderr.ended if self._stderr is not None else asyncio.Event()
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(PING_EVERY_S):
-                    await lost.wait()
+            waits = [asyncio.ensure_future(lost.wait()), asyncio.ensure_future(ended.wait())]
+            try:
+                done, _ = await asyncio.wait(
+                    waits, timeout=PING_EVERY_S, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+            if done:
                 return
             try:
                 async with asyncio.timeout(PING_TIMEOUT_S):
@@ -201,13 +248,13 @@ class McpServer:
         skipped: list[str] = []
         names: set[str] = set()
         for item in remote:
-            parameters = usable_schema(item)
+            parameters, why = usable_schema(item)
             if parameters is None:
-                skipped.append(f"{item.name}: its input schema is not a usable JSON object")
+                skipped.append(f"{_clip(item.name, 80)}: {why}")
                 continue
             tool = McpTool(self, item, parameters)
             if tool.name in names:
-                skipped.append(f"{item.name}: another of its tools has the same name")
+                skipped.append(f"{_clip(item.name, 80)}: another of its tools has the same name")
                 continue
             names.add(tool.name)
             tools.append(tool)
@@ -219,14 +266,17 @@ class McpServer:
         self.tools, self.skipped = tuple(tools), tuple(skipped)
         self._lost = asyncio.Event()
         self._session = session
+        self._up_since = asyncio.get_running_loop().time()
         self.state, self.reason = "up", None
         self.settled.set()
         logger.info("MCP server %s is up with %d tools", self.name, len(tools))
 
-    def _down(self, reason: str) -> None:
-        """Mark the server down; say so once per failure (not at every retry)."""
-        if self.state != "failed" or self.reason != reason:
+    def _down(self, reason: str, *, again: bool) -> None:
+        """Mark the server down. Said once: not at each retry, nor at each turn of a
+        crash loop (a server that never stays up long), unless the reason changes."""
+        if not again or reason != self._reported:
             logger.warning("MCP server %s is not available: %s", self.name, reason)
+            self._reported = reason
         else:
             logger.debug("MCP server %s: still not available: %s", self.name, reason)
         self.state, self.reason = "failed", reason
@@ -242,11 +292,19 @@ class McpServer:
 
 
 class McpServers:
-    """Every configured server, started together and shared by all runs."""
+    """Every configured server, started together and shared by all runs.
 
-    def __init__(self, servers: Sequence[McpServer]) -> None:
+    What all their tools add to each request is bounded: at most `MAX_TOOLS` tools and
+    `schema_budget` characters of names, descriptions and schemas (a share of the
+    context window); tools past either are not offered, and their server's status says
+    so.
+    """
+
+    def __init__(self, servers: Sequence[McpServer], *, schema_budget: int = 64_000) -> None:
         self.servers = tuple(servers)
+        self.schema_budget = schema_budget
         self._tasks: list[asyncio.Task[None]] = []
+        self._left_out: dict[str, int] = {}
 
     def start(self, sandbox: Sandbox) -> None:
         """Start connecting every server in the background (stdio ones in `sandbox`);
@@ -265,15 +323,38 @@ class McpServers:
             await server.settled.wait()
 
     def tools(self) -> list[McpTool]:
-        """The tools of every server that is up now, at most `MAX_TOOLS` in all."""
+        """The tools of every server that is up now, within the bounds."""
         offered: list[McpTool] = []
+        left_out: dict[str, int] = {}
+        spent = 0
         for server in self.servers:
-            if server.state == "up":
-                offered += server.tools
-        return offered[:MAX_TOOLS]
+            if server.state != "up":
+                continue
+            for tool in server.tools:
+                if len(offered) >= MAX_TOOLS or spent + tool.size > self.schema_budget:
+                    left_out[server.name] = left_out.get(server.name, 0) + 1
+                    continue
+                offered.append(tool)
+                spent += tool.size
+        if left_out != self._left_out:
+            for name, count in left_out.items():
+                logger.warning(
+                    "MCP server %s: %d tools not offered: all servers' tools together may "
+                    "take at most %d tools and %d characters of each request",
+                    name, count, MAX_TOOLS, self.schema_budget,
+                )  # fmt: skip
+            self._left_out = left_out
+        return offered
 
     def status(self) -> list[ServerStatus]:
-        return [server.status() for server in self.servers]
+        statuses = []
+        for server in self.servers:
+            status = server.status()
+            if count := self._left_out.get(server.name):
+                note = f"{count} tools: over the limit of what all servers' tools may take"
+                status = replace(status, skipped=(*status.skipped, note))
+            statuses.append(status)
+        return statuses
 
     async def close(self) -> None:
         """Disconnect every server (stdio servers are stopped)."""

@@ -12,6 +12,8 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import SchemaError
 from mcp.types import Tool as RemoteTool
 from pydantic import ConfigDict
 
@@ -46,14 +48,23 @@ def tool_name(server: str, remote: str) -> str:
     return f"{cleaned[: MAX_NAME - 9]}_{digest}"
 
 
-def usable_schema(remote: RemoteTool) -> dict[str, Any] | None:
-    """The tool's input schema as a function's parameters; None if it cannot be one."""
+def usable_schema(remote: RemoteTool) -> tuple[dict[str, Any] | None, str]:
+    """The tool's input schema as a function's parameters, or None and why it cannot be
+    one. A schema the provider would refuse would fail every request that offers it."""
     schema = remote.input_schema
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
-        return None
-    if len(json.dumps(schema, default=str)) > MAX_SCHEMA_CHARS:
-        return None
-    return {"type": "object", "properties": {}, **schema}
+        return None, "its input schema is not a JSON object schema"
+    try:
+        size = len(json.dumps(schema, allow_nan=False))
+    except (TypeError, ValueError):
+        return None, "its input schema is not plain JSON"
+    if size > MAX_SCHEMA_CHARS:
+        return None, f"its input schema is too large ({size:,} characters)"
+    try:
+        validators.validator_for(schema, default=Draft202012Validator).check_schema(schema)
+    except SchemaError as exc:
+        return None, f"its input schema is not valid JSON Schema ({exc.message[:200]})"
+    return {"type": "object", "properties": {}, **schema}, ""
 
 
 class McpTool(Tool):
@@ -70,6 +81,8 @@ class McpTool(Tool):
         text = (remote.description or remote.title or "").strip() or "(no description)"
         self.description = text[:MAX_DESCRIPTION]  # type: ignore[misc]
         self.parameters = parameters
+        # What offering it costs every request, in characters (name, text, schema).
+        self.size = len(self.name) + len(self.description) + len(json.dumps(parameters))
 
     def schema(self) -> dict[str, Any]:
         return {

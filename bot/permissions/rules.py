@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from bot.tools.base import MCP_PREFIX, ArgumentKind, name_matches
+from bot.tools.base import MCP_PREFIX, MCP_WILDCARD, ArgumentKind, name_matches
 
 _RULE = re.compile(r"^\s*(?P<tool>[A-Za-z_][A-Za-z0-9_-]*\*?)\s*(?:\((?P<pattern>.*)\))?\s*$")
 
@@ -73,10 +73,10 @@ class Rule:
             )
         pattern = match.group("pattern")
         tool = match.group("tool")
-        if tool.endswith("*") and not tool.startswith(MCP_PREFIX):
+        if tool.endswith("*") and not MCP_WILDCARD.fullmatch(tool):
             raise ValueError(
-                f"{text!r}: only MCP tool names take a `*` (mcp__tracker__* names every "
-                "tool of the server tracker); name other tools exactly"
+                f"{text!r}: a `*` only ends mcp__<server>__* (every tool of that MCP server) "
+                "or mcp__* (every MCP tool); name other tools exactly"
             )
         if tool.startswith(MCP_PREFIX) and pattern is not None:
             raise ValueError(

@@ -292,10 +292,15 @@ class _WorkspaceMounts:
 
     @staticmethod
     def _visible_system_path(path: Path) -> bool:
-        if not os.path.lexists(path):
-            return False
-        mounted = [Path(d) for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
-        return any(path.is_relative_to(d) for d in mounted)
+        return _visible_system_path(path)
+
+
+def _visible_system_path(path: Path) -> bool:
+    """Whether `path` exists under a system directory every sandbox shows."""
+    if not os.path.lexists(path):
+        return False
+    mounted = [Path(d) for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+    return any(path.is_relative_to(d) for d in mounted)
 
 
 def _depth(path: Path) -> int:
@@ -325,9 +330,9 @@ def build_server_profile(
 
     The same namespaces, system directories and empty scratch as a command's, but no
     workspace: the server sees only `paths`, read-only (its interpreter and files), and
-    works in the empty home. Any of `masked` (Baton's state directory and config) that
-    lies in one of them is hidden. Nothing of the host is writable, so no file it makes
-    outlives it.
+    works in the empty home. Any of `masked` (Baton's state directory, config and
+    database) that it would see, in one of them or in a system directory, is hidden.
+    Nothing of the host is writable, so no file it makes outlives it.
     """
     arguments = [
         *_namespaces(network, user_namespace),
@@ -338,6 +343,7 @@ def build_server_profile(
     for path in paths:
         arguments += _bind("--ro-bind", path)
     for path in masked:
-        if any(path.is_relative_to(p) for p in paths) and os.path.lexists(path):
+        inside = any(path.is_relative_to(p) for p in paths) and os.path.lexists(path)
+        if inside or _visible_system_path(path):
             arguments += _mask(path, empty_file)
     return (*arguments, "--remount-ro", "/", "--chdir", str(SANDBOX_HOME))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
@@ -23,14 +24,16 @@ DEFAULT_OUTPUT_LIMIT = 30_000
 person_approved: ContextVar[bool] = ContextVar("person_approved", default=False)
 
 
-# Tool names a rule or an agent file may cover with a trailing `*`: an MCP server's
-# (`mcp__tracker__*`), or every MCP tool (`mcp__*`). Other names are exact.
+# Tool names a rule or an agent file may cover with a trailing `*`: every tool of one
+# MCP server (`mcp__tracker__*`), or every MCP tool (`mcp__*`). Other names are exact.
 MCP_PREFIX = "mcp__"
+MCP_WILDCARD = re.compile(r"^mcp__(?:[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*__)?\*$")
 
 
 def name_matches(pattern: str, name: str) -> bool:
-    """Whether a tool name in a rule or an agent file covers the tool `name`."""
-    if pattern.endswith("*") and pattern.startswith(MCP_PREFIX):
+    """Whether a tool name in a rule or an agent file covers the tool `name`:
+    `mcp__tracker__*` covers `mcp__tracker__search` (not `mcp__tracker-admin__drop`)."""
+    if MCP_WILDCARD.fullmatch(pattern):
         return name.startswith(pattern[:-1])
     return pattern == name
 

@@ -57,6 +57,7 @@ def make_server(
     environ: Mapping[str, str] | None = None,
     secrets: Sequence[str] = (),
     masked: Sequence[Path] = (),
+    retry_delays: Sequence[float] = QUICK_RETRIES,
 ) -> McpServer:
     return McpServer(
         name,
@@ -64,7 +65,7 @@ def make_server(
         open_transport=opener(name, config, environ=environ, secrets=secrets, masked=masked),
         log_dir=log_dir,
         redact=Redactor([*secrets, *secret_values(config, environ or {})]),
-        retry_delays=QUICK_RETRIES,
+        retry_delays=retry_delays,
     )
 
 

@@ -17,6 +17,9 @@ from bot.mcp.tools import tool_name, usable_schema
 from bot.permissions.rules import Rule
 from bot.subagents.definition import AgentDefinition
 from bot.tools.base import ToolRegistry, name_matches
+from tests.mcp.demo_server import png
+
+PNG = png()
 
 
 @pytest.mark.parametrize(
@@ -30,6 +33,7 @@ from bot.tools.base import ToolRegistry, name_matches
         ("mcp__tracker__search", "mcp__tracker__search", True),
         ("mcp__tracker__search", "mcp__tracker__search_all", False),
         ("read_file", "read_file", True),
+        ("mcp__tracker__*", "mcp__tracker-admin__drop_db", False),
     ],
 )
 def test_names_cover_tools(pattern: str, name: str, expected: bool) -> None:
@@ -39,7 +43,16 @@ def test_names_cover_tools(pattern: str, name: str, expected: bool) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["bash*", "*", "read_*", "mcp__tracker__create(*)", "mcp__tracker__*(secret*)"],
+    [
+        "bash*",
+        "*",
+        "read_*",
+        "mcp__tracker__create(*)",
+        "mcp__tracker__*(secret*)",
+        "mcp__tracker*",
+        "mcp__tracker__search*",
+        "mcp__a__b__*",
+    ],
 )
 def test_wildcards_only_for_mcp_tools_and_no_patterns_on_them(text: str) -> None:
     # A pattern on an MCP rule would never match (the tool has no main argument): a
@@ -64,13 +77,29 @@ def test_two_remote_names_never_share_a_function_name() -> None:
     assert tool_name("t", "x" * 100) != tool_name("t", "x" * 101)
 
 
-def test_unusable_schemas_are_refused() -> None:
-    def remote(schema: object) -> RemoteTool:
-        return RemoteTool.model_construct(name="t", input_schema=schema)
+def test_unusable_schemas_are_refused_with_the_reason() -> None:
+    def why(schema: object) -> str:
+        parameters, reason = usable_schema(
+            RemoteTool.model_construct(name="t", input_schema=schema)
+        )
+        assert parameters is None
+        return reason
 
-    assert usable_schema(remote({"type": "string"})) is None
-    assert usable_schema(remote({"type": "object", "description": "x" * 30_000})) is None
-    assert usable_schema(remote({"type": "object"})) == {"type": "object", "properties": {}}
+    assert "not a JSON object schema" in why({"type": "string"})
+    assert "too large" in why({"type": "object", "description": "x" * 30_000})
+    # The provider would refuse it, failing every request that offers the tool.
+    bad = {"type": "object", "properties": {"q": {"type": "strang"}}}
+    assert "not valid JSON Schema" in why(bad)
+    assert "not valid JSON Schema" in why({"type": "object", "additionalProperties": "no"})
+    assert "not plain JSON" in why({"type": "object", "default": float("nan")})
+    fine, _ = usable_schema(RemoteTool.model_construct(name="t", input_schema={"type": "object"}))
+    assert fine == {"type": "object", "properties": {}}
+
+
+def test_a_loose_star_in_an_agent_file_widens_nothing() -> None:
+    # Not a server's wildcard: taken as an exact name, which no tool has.
+    assert not name_matches("mcp__tracker*", "mcp__tracker-admin__drop_db")
+    assert not name_matches("mcp__tracker__search*", "mcp__tracker__search_and_delete")
 
 
 def test_an_agent_file_narrows_to_a_servers_tools(tmp_path: Path) -> None:
@@ -99,24 +128,28 @@ def test_an_agent_file_narrows_to_a_servers_tools(tmp_path: Path) -> None:
 
 
 def test_text_images_and_resources_as_the_model_gets_them() -> None:
-    png = base64.b64encode(b"\x89PNG fake").decode()
+    png = base64.b64encode(PNG).decode()
     result = CallToolResult(
         content=[
             TextContent(type="text", text="hello"),
             ImageContent(type="image", data=png, mime_type="image/png"),
             ImageContent(type="image", data=png, mime_type="image/tiff"),
             ImageContent(type="image", data="!!not base64!!", mime_type="image/png"),
+            # A lie about the type: the provider would refuse the request for it.
+            ImageContent(type="image", data=png, mime_type="image/jpeg"),
+            ImageContent(type="image", data=png[:-4] + "!!!!", mime_type="image/png"),
         ]
     )
     output = result_output("mcp__t__x", result)
     assert [i.media_type for i in output.images] == ["image/png"]
     assert output.text.splitlines()[0] == "hello"
     assert "(image/tiff): a type models do not take" in output.text
-    assert "not valid base64" in output.text
+    assert output.text.count("not valid base64") == 2
+    assert "its bytes are not image/jpeg, left out" in output.text
 
 
 def test_a_flood_of_images_is_cut() -> None:
-    png = base64.b64encode(b"\x89PNG").decode()
+    png = base64.b64encode(PNG).decode()
     many = [ImageContent(type="image", data=png, mime_type="image/png")] * (MAX_IMAGES + 3)
     output = result_output("mcp__t__x", CallToolResult(content=many))
     assert len(output.images) == MAX_IMAGES

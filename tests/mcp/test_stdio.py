@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
+import shutil
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from bot.config import McpServerConfig
 from bot.errors import ToolError
 from bot.mcp import McpServers
 from bot.sandbox import Sandbox
@@ -282,3 +287,99 @@ async def test_a_flood_on_stderr_is_capped_on_disk_and_its_last_line_quoted(
     log = (tmp_path / "mcp-noisy.log").read_bytes()
     assert 1024 * 1024 <= len(log) < 1024 * 1024 + 200
     assert log.endswith(b"[Baton: the rest of this start's stderr is not kept]\n")
+
+
+def hostile(*args: str) -> McpServerConfig:
+    return stdio_config(command=(sys.executable, str(HERE / "hostile_server.py"), *args))
+
+
+async def test_a_hostile_server_cannot_freeze_break_or_poison_the_tool_list(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    server = make_server("evil", hostile(), tmp_path)
+    group = await started([server], sandbox)
+    try:
+        status = server.status()
+        assert status.tools == ("mcp__evil__ok", "mcp__evil__redos", "mcp__evil__garble")
+        assert any("bad: its input schema is not valid JSON Schema" in s for s in status.skipped)
+        # An output schema whose pattern would take ages to match is never evaluated.
+        async with asyncio.timeout(5):
+            assert (await server.call("redos", {})).text == "redos"
+        # A line of invalid UTF-8 does not stop the reader: the answer after it arrives.
+        assert (await server.call("garble", {})).text == "garble"
+        assert (await server.call("ok", {})).text == "fine"
+        assert server.state == "up" and server.status().reason is None
+    finally:
+        await group.close()
+
+
+async def test_a_crash_loop_is_reported_once_and_waits_longer_each_time(
+    tmp_path: Path, sandbox: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bot.mcp.servers")
+    # Up for a moment each time: that is no recovery, so the waits keep growing to the
+    # last one (an hour here) instead of starting over at the first.
+    server = make_server("loop", hostile("crash"), tmp_path, retry_delays=(0.05, 0.1, 3600))
+    group = await started([server], sandbox)
+
+    def ups() -> int:
+        return sum("MCP server loop is up" in r.message for r in caplog.records)
+
+    try:
+        await until(lambda: ups() == 3 and server.state == "failed", within=30)
+        await asyncio.sleep(0.5)  # the next try would come within 0.1 s had it started over
+        assert ups() == 3
+    finally:
+        await group.close()
+    warnings = [r for r in caplog.records if "MCP server loop is not available" in r.message]
+    assert len(warnings) == 1
+
+
+async def test_batons_config_in_a_system_directory_is_hidden_too(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    # Every sandbox shows /etc and /opt: a baton.yaml kept there is masked in them.
+    if not os.access("/opt", os.W_OK):
+        pytest.skip("/opt is not writable here")
+    directory = Path(tempfile.mkdtemp(prefix="baton-test-", dir="/opt"))
+    try:
+        config_file = directory / "baton.yaml"
+        config_file.write_text("mcp_servers: {wiki: {headers: {X: literal-token}}}")
+        server = make_server("tracker", stdio_config(), tmp_path, masked=[config_file])
+        group = await started([server], sandbox)
+        try:
+            seen = (await server.call("read_path", {"path": str(config_file)})).text
+        finally:
+            await group.close()
+    finally:
+        shutil.rmtree(directory)
+    assert "literal-token" not in seen
+
+
+async def test_a_path_inside_batons_state_is_refused(tmp_path: Path, sandbox: Sandbox) -> None:
+    state = tmp_path / "state"
+    (state / "logs").mkdir(parents=True)
+    config = stdio_config(paths=(*stdio_config().paths, state / "logs"))
+    server = make_server("tracker", config, tmp_path, masked=[state])
+    group = await started([server], sandbox)
+    await group.close()
+    assert server.status().state == "failed"
+    assert f"lies in {state}, which is Baton's own" in (server.status().reason or "")
+
+
+async def test_what_all_servers_tools_take_of_each_request_is_bounded(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    first = make_server("first", stdio_config(), tmp_path)
+    second = make_server("second", stdio_config(), tmp_path)
+    group = McpServers([first, second], schema_budget=2_500)
+    group.start(sandbox)
+    try:
+        await asyncio.wait_for(group.settle(), 30)
+        offered = group.tools()
+        statuses = {s.name: s for s in group.status()}
+    finally:
+        await group.close()
+    assert 0 < sum(t.size for t in offered) <= 2_500
+    assert {t.server.name for t in offered} == {"first"}
+    assert any("over the limit" in note for note in statuses["second"].skipped)
