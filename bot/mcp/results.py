@@ -29,6 +29,8 @@ from bot.tools.base import ToolImage, ToolOutput
 # What an image part may weigh (decoded): providers refuse larger ones.
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 MAX_IMAGES = 8
+# What all images of one result may weigh together (decoded).
+MAX_RESULT_IMAGE_BYTES = 10 * 1024 * 1024
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
@@ -36,10 +38,17 @@ def result_output(tool: str, result: CallToolResult) -> ToolOutput:
     """The text and images of a successful result of `tool`."""
     lines: list[str] = []
     images: list[ToolImage] = []
+    weight = 0
     for block in result.content:
         line, image = _block(tool, block, len(images))
         if image is not None:
-            images.append(image)
+            size = len(image.data) * 3 // 4
+            if weight + size > MAX_RESULT_IMAGE_BYTES:
+                line = f"[{image.name}: over {MAX_RESULT_IMAGE_BYTES:,} bytes of images, left out]"
+                image = None
+            else:
+                weight += size
+                images.append(image)
         if line:
             lines.append(line)
     if not any(isinstance(b, TextContent) for b in result.content):

@@ -156,6 +156,15 @@ def test_a_flood_of_images_is_cut() -> None:
     assert output.text.count("left out") == 3
 
 
+def test_the_images_of_one_result_are_bounded_in_bytes() -> None:
+    # Four valid 4 MB PNGs: within the per-image limit, over the per-result one.
+    big = base64.b64encode(PNG + b"\0" * (4 * 1024 * 1024)).decode()
+    many = [ImageContent(type="image", data=big, mime_type="image/png")] * 4
+    output = result_output("mcp__t__x", CallToolResult(content=many))
+    assert len(output.images) == 2
+    assert output.text.count("bytes of images, left out") == 2
+
+
 def test_structured_only_and_empty_results() -> None:
     structured = CallToolResult(content=[], structured_content={"count": 3})
     assert '"count": 3' in result_output("t", structured).text
