@@ -222,8 +222,8 @@ class McpServer:
                 await self._stderr.close()
 
     async def _keep(self, session: ClientSession) -> None:
-        """Return when the connection is lost: a call saw it close, a stdio server's
-        process ended, or a ping failed."""
+        """Return when the connection is lost: a call saw it close, or a ping failed;
+        a stdio server whose stderr ends (its process ended) is pinged at once."""
         lost = self._lost
         ended = self._stderr.ended if self._stderr is not None else asyncio.Event()
         while True:
@@ -235,13 +235,17 @@ class McpServer:
             finally:
                 for waiting in waits:
                     waiting.cancel()
-            if done:
+            if lost.is_set():
                 return
             try:
                 async with asyncio.timeout(PING_TIMEOUT_S):
                     await session.send_ping()
             except (MCPError, TimeoutError):
                 return
+            if done:
+                # Its stderr ended but it still answers (it closed stderr itself): from
+                # here the pings alone watch it.
+                ended = asyncio.Event()
 
     def _up(self, session: ClientSession, remote: Sequence[RemoteTool]) -> None:
         tools: list[McpTool] = []
