@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.isolated_fanout
 	$(BIN)/python -m bench.ack_latency
 	$(BIN)/python -m bench.sandbox
+	$(BIN)/python -m bench.mcp_calls
 	$(BIN)/python -m bench.queue
 	$(BIN)/python -m bench.context
 	$(BIN)/python -m bench.slack_budget
