@@ -28,6 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from bot.config import ENV_REFERENCE, McpServerConfig
 from bot.errors import BatonError
+from bot.redaction import MIN_SECRET_LENGTH
 from bot.sandbox import SANDBOX_HOME, Sandbox
 from bot.sandbox.environment import DEFAULT_PATH
 from bot.sandbox.profile import build_server_profile
@@ -64,7 +65,8 @@ def expand(
             return environ[name]
 
         text = ENV_REFERENCE.sub(variable, value)
-        if any(secret and secret in text for secret in secrets):
+        # As in redaction: a very short value would be found in innocent text.
+        if any(len(secret) >= MIN_SECRET_LENGTH and secret in text for secret in secrets):
             raise LaunchError(
                 f"{where}.{key} holds one of Baton's own secrets: an MCP server never gets them"
             )
