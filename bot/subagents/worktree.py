@@ -90,6 +90,14 @@ class Worktree:
     # The workspace's own git dir (its common dir, unless the site's checkout is a
     # linked worktree itself), found when the worktree was made.
     repo_git_dir: Path
+    # The tree of `base`, read when the worktree was made (None when reopened): finishing
+    # then needs not ask git where the branch is (it is where it was made: the child
+    # cannot commit), checked by the compare-and-swap that moves or deletes it.
+    base_tree: str | None = None
+    # The worktree's own index as `worktree add` left it (inode, size, mtime): finishing
+    # starts from a copy of it only while it is unchanged (no git command ran there that
+    # could have marked a file as not to be looked at).
+    index_stamp: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,6 +205,8 @@ async def create_in(repo: Path, path: Path) -> Worktree:
             await asyncio.to_thread(path.rmdir)  # only while empty
         raise
     git_dir = await _new_worktree_git_dir(path, workspace, task_id)
+    (base_tree,) = await _trees(workspace, base)
+    stamp = await asyncio.to_thread(_stamp, git_dir / "index")
     return Worktree(
         repo=workspace.top,
         path=path,
@@ -204,6 +214,8 @@ async def create_in(repo: Path, path: Path) -> Worktree:
         base=base,
         git_dir=git_dir,
         repo_git_dir=workspace.git_dir,
+        base_tree=base_tree,
+        index_stamp=stamp,
     )
 
 
@@ -532,16 +544,56 @@ async def _commit_work_tree(
     """Commit the work tree's files on the child's branch; return the branch's tip, its
     tree, and the tree of the branch's base.
 
-    A fresh index in a directory of our own, filled from the branch, then `add --all`:
-    the commit holds exactly the files the child left, whatever it did to its index or
-    HEAD. Commits the child made itself are kept, being the branch's history.
+    A fresh index in a directory of our own, then `add --all`: the commit holds exactly
+    the files the child left, whatever it did to its index or HEAD. Commits the child
+    made itself are kept, being the branch's history. While the branch is where it was
+    made (as it is: the child cannot commit), the index starts as a copy of the
+    worktree's own (its files' stat data spare `add` hashing unchanged ones) and git is
+    not asked where the branch is; the compare-and-swap that moves the branch checks
+    that, and if it moved, the branch is read and the commit made again.
     """
+    if worktree.base_tree is not None and worktree.index_stamp is not None:
+        try:
+            return await _commit_on(
+                git, workspace, worktree, message,
+                existing=worktree.base, parent_tree=worktree.base_tree,
+                base_tree=worktree.base_tree,
+                seed=(worktree.git_dir / "index", worktree.index_stamp),
+            )  # fmt: skip
+        except _BranchMoved:
+            pass
     existing, parent_tree, base_tree = await _branch_state(git, worktree)
+    return await _commit_on(
+        git, workspace, worktree, message,
+        existing=existing, parent_tree=parent_tree, base_tree=base_tree, seed=None,
+    )  # fmt: skip
+
+
+class _BranchMoved(Exception):
+    """The branch was not where a commit on it assumed."""
+
+
+async def _commit_on(
+    git: _Git,
+    workspace: _Repo,
+    worktree: Worktree,
+    message: str,
+    *,
+    existing: str | None,
+    parent_tree: str,
+    base_tree: str,
+    seed: tuple[Path, tuple[int, int, int]] | None,
+) -> tuple[str, str, str]:
+    """`_commit_work_tree` with the branch at `existing` (None: gone), whose tree is
+    `parent_tree`; the index starts as a copy of `seed` when given (raising _BranchMoved
+    when the branch is not at `existing`), else from the branch's tree."""
     parent = existing or worktree.base
     scratch = await asyncio.to_thread(tempfile.mkdtemp, prefix="baton-index-")
     try:
-        indexed = replace(git, env={**git.env, "GIT_INDEX_FILE": str(Path(scratch) / "index")})
-        await _checked(indexed, "read-tree", parent)
+        index = Path(scratch) / "index"
+        indexed = replace(git, env={**git.env, "GIT_INDEX_FILE": str(index)})
+        if seed is None or not await asyncio.to_thread(_copied, *seed, index):
+            await _checked(indexed, "read-tree", parent)
         added = await indexed.run("add", "--all", "--", ".")
         if added.returncode != 0:
             raise WorktreeError(
@@ -560,8 +612,32 @@ async def _commit_work_tree(
         raise WorktreeError(f"Could not commit the changes on {worktree.branch}: {created.error}")
     # Compare-and-swap: the branch must still be where we read it (or still absent).
     ref = f"refs/heads/{worktree.branch}"
-    await _checked(git, "update-ref", "-m", "baton: finish", ref, created.text, existing or "")
+    moved = await git.run("update-ref", "-m", "baton: finish", ref, created.text, existing or "")
+    if moved.returncode != 0:
+        if seed is not None:
+            raise _BranchMoved
+        raise WorktreeError(f"git update-ref failed: {moved.error}")
     return created.text, tree, base_tree
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _copied(source: Path, stamp: tuple[int, int, int], target: Path) -> bool:
+    """Copy `source` with its times (git's racy-entry check reads the index's mtime)
+    while it is as `stamp` says; False when it changed or cannot be read."""
+    if _stamp(source) != stamp:
+        return False
+    try:
+        shutil.copy2(source, target)
+    except OSError:
+        return False
+    return True
 
 
 async def _branch_state(git: _Git, worktree: Worktree) -> tuple[str | None, str, str]:

@@ -168,6 +168,31 @@ async def test_commits_the_child_made_itself_count(repo: Path, base_dir: Path) -
     assert log[:2] == ["finish", "child commit"]
 
 
+async def test_a_file_hidden_from_git_in_the_worktrees_index_is_still_committed(
+    repo: Path, base_dir: Path
+) -> None:
+    """Finishing may start from a copy of the worktree's own index, but never from one a
+    git command changed: a file marked there as not to be looked at would be lost with
+    the worktree."""
+    worktree = await create(repo, "task-a-9", base_dir)
+    git(worktree.path, "update-index", "--assume-unchanged", "a.txt")
+    (worktree.path / "a.txt").write_text("changed behind git's back\n")
+    change = await finish(worktree, message="hidden")
+    assert change is not None
+    assert [f.path for f in change.files] == ["a.txt"]
+    assert git(repo, "show", "baton/task-a-9:a.txt").strip() == "changed behind git's back"
+
+
+async def test_an_edit_keeping_size_and_time_is_still_committed(repo: Path, base_dir: Path) -> None:
+    worktree = await create(repo, "task-a-10", base_dir)
+    target = worktree.path / "a.txt"
+    before = target.stat()
+    target.write_text("X" * before.st_size)
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    change = await finish(worktree, message="same size and time")
+    assert change is not None and [f.path for f in change.files] == ["a.txt"]
+
+
 async def test_deleted_files_count_and_a_reverted_commit_is_unchanged(
     repo: Path, base_dir: Path
 ) -> None:
