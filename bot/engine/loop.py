@@ -40,7 +40,6 @@ from bot.engine.hooks import (
 )
 from bot.engine.llm import LLMClient, LLMResponse, TextChunk
 from bot.engine.messages import (
-    IMAGE_MEDIA_TYPES,
     ChatMessage,
     ImagePart,
     ToolCall,
@@ -53,6 +52,7 @@ from bot.engine.tokens import TokenCounter, reply_reserve
 from bot.errors import ContextLengthError, LLMError, ToolError
 from bot.tools.base import (
     DEFAULT_OUTPUT_LIMIT,
+    IMAGE_MEDIA_TYPES,
     Tool,
     ToolOutput,
     ToolRegistry,

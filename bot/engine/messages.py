@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from bot.tools.base import IMAGE_MEDIA_TYPES
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 INTERRUPTED_TOOL_RESULT = "[not run: the run was interrupted before this tool call finished]"
@@ -25,9 +27,6 @@ class ToolCall:
             "type": "function",
             "function": {"name": self.name, "arguments": self.arguments},
         }
-
-
-IMAGE_MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,9 +23,9 @@ def build_servers(
 ) -> McpServers:
     """The servers of `settings.mcp_servers`, not yet connected (`McpServers.start`).
 
-    `masked` (Baton's state directory and
-    config) stays hidden from them even inside a path they are given. Each server's
-    stderr goes to `<state dir>/logs/mcp-<name>.log`.
+    Baton's state directory and `masked` (its config and database files) stay hidden
+    from stdio servers, even inside a path they are given. The first megabyte of each
+    start's stderr goes to `<state dir>/logs/mcp-<name>.log`.
     """
     environment = dict(os.environ if environ is None else environ)
     log_dir = settings.state_dir / "logs"

@@ -24,14 +24,13 @@ from mcp.types import (
     TextResourceContents,
 )
 
-from bot.tools.base import ToolImage, ToolOutput
+from bot.tools.base import IMAGE_MEDIA_TYPES, ToolImage, ToolOutput
 
 # What an image part may weigh (decoded): providers refuse larger ones.
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 MAX_IMAGES = 8
 # What all images of one result may weigh together (decoded).
 MAX_RESULT_IMAGE_BYTES = 10 * 1024 * 1024
-IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
 def result_output(tool: str, result: CallToolResult) -> ToolOutput:
@@ -84,7 +83,7 @@ def _resource(
     if isinstance(resource, TextResourceContents):
         return f"[resource {resource.uri}]\n{resource.text}", None
     media_type = resource.mime_type or "application/octet-stream"
-    if media_type in IMAGE_TYPES:
+    if media_type in IMAGE_MEDIA_TYPES:
         return _image(tool, resource.blob, media_type, shown, what=f"resource {resource.uri}")
     return f"[resource {resource.uri} ({media_type}, {_size(resource.blob)}): binary]", None
 
@@ -92,7 +91,7 @@ def _resource(
 def _image(
     tool: str, data: str, media_type: str, shown: int, *, what: str
 ) -> tuple[str, ToolImage | None]:
-    if media_type not in IMAGE_TYPES:
+    if media_type not in IMAGE_MEDIA_TYPES:
         return f"[{what} ({media_type}): a type models do not take]", None
     data = "".join(data.split())
     try:

@@ -239,7 +239,7 @@ class _WorkspaceMounts:
         for path in sorted(mounts, key=_depth):
             options += mounts[path]
         for path in self.outside_masked:
-            if self._visible_system_path(path):
+            if _visible_system_path(path):
                 options += _mask(path, self.empty_file)
         return options
 
@@ -289,10 +289,6 @@ class _WorkspaceMounts:
 
     def _inside(self, path: Path) -> bool:
         return path != self.root and path.is_relative_to(self.root)
-
-    @staticmethod
-    def _visible_system_path(path: Path) -> bool:
-        return _visible_system_path(path)
 
 
 def _visible_system_path(path: Path) -> bool:

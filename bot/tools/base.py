@@ -38,6 +38,10 @@ def name_matches(pattern: str, name: str) -> bool:
     return pattern == name
 
 
+# The image types models take (Chat Completions' image parts).
+IMAGE_MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
 @dataclass(frozen=True, slots=True)
 class ToolImage:
     """An image a tool returns, for the model to see: media type and base64 bytes."""
