@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
-from sqlalchemy import func, update
+from sqlalchemy import ColumnElement, String, case, func, insert, literal, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
@@ -134,42 +134,102 @@ class Ending:
     change: str | None = None
 
 
-async def _end(session: AsyncSession, ending: Ending) -> TaskRow | None:
-    prompt_tokens, completion_tokens = ending.prompt_tokens, ending.completion_tokens
-    if prompt_tokens == 0 and completion_tokens == 0:
-        spent = await session.exec(
-            select(
-                func.coalesce(func.sum(UsageRow.prompt_tokens), 0),
-                func.coalesce(func.sum(UsageRow.completion_tokens), 0),
-            ).where(UsageRow.task_id == ending.task_id)
-        )
-        prompt_tokens, completion_tokens = (int(n) for n in spent.one())
-    outcome = await session.exec(
-        update(TaskRow)
-        .where(col(TaskRow.id) == ending.task_id, col(TaskRow.state) == "running")
-        .values(
-            state=ending.state,
-            result=ending.result,
-            error=ending.error,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            finished_at=utcnow(),
-            handoff=ending.handoff,
-            # A branch recorded already (the work a crashed child left) stays.
-            **(
-                {
-                    "branch": ending.branch,
-                    "branch_commit": ending.branch_commit,
-                    "change": ending.change,
-                    "merge_state": "pending",
-                }
-                if ending.branch
-                else {}
-            ),
-        )
-        .returning(TaskRow)
+_LOG_INSERT = insert(TaskLogRow)
+# Endings recorded per UPDATE statement (a batch of more takes several).
+_ENDINGS_PER_UPDATE = 100
+
+
+async def _end_all(session: AsyncSession, endings: Sequence[Ending]) -> dict[str, TaskRow]:
+    """Record each ending while its task is running (the first ending wins, in the
+    batch too); the rows ended, by task id.
+
+    One UPDATE for up to a hundred endings, each column set per task with a CASE: the
+    sixteen endings of a fan-out are one statement, not sixteen (each a round trip to
+    the database, and with SQLite several thread hops).
+    """
+    by_task: dict[str, Ending] = {}
+    for ending in endings:
+        by_task.setdefault(ending.task_id, ending)
+    spent = await _spent(
+        session,
+        [e.task_id for e in by_task.values() if e.prompt_tokens == e.completion_tokens == 0],
     )
-    return outcome.scalar_one_or_none()
+    firsts = [
+        replace(e, prompt_tokens=spent[e.task_id][0], completion_tokens=spent[e.task_id][1])
+        if e.task_id in spent
+        else e
+        for e in by_task.values()
+    ]
+    ended: dict[str, TaskRow] = {}
+    now = utcnow()
+    for start in range(0, len(firsts), _ENDINGS_PER_UPDATE):
+        chunk = firsts[start : start + _ENDINGS_PER_UPDATE]
+        values: dict[str, Any] = {
+            "state": _per_task(chunk, "state", lambda e: e.state),
+            "result": _per_task(chunk, "result", lambda e: e.result),
+            "error": _per_task(chunk, "error", lambda e: e.error),
+            "prompt_tokens": _per_task(chunk, "prompt_tokens", lambda e: e.prompt_tokens),
+            "completion_tokens": _per_task(
+                chunk, "completion_tokens", lambda e: e.completion_tokens
+            ),
+            "finished_at": now,
+            "handoff": _per_task(chunk, "handoff", lambda e: e.handoff),
+        }
+        # A branch recorded already (the work a crashed child left) stays.
+        branched = [e for e in chunk if e.branch]
+        if branched:
+            values |= {
+                "branch": _per_task(branched, "branch", lambda e: e.branch, keep=True),
+                "branch_commit": _per_task(
+                    branched, "branch_commit", lambda e: e.branch_commit, keep=True
+                ),
+                "change": _per_task(branched, "change", lambda e: e.change, keep=True),
+                "merge_state": _per_task(branched, "merge_state", lambda e: "pending", keep=True),
+            }
+        rows = await session.exec(
+            update(TaskRow)
+            .where(
+                col(TaskRow.id).in_([e.task_id for e in chunk]),
+                col(TaskRow.state) == "running",
+            )
+            .values(**values)
+            .returning(TaskRow)
+            .execution_options(synchronize_session=False)
+        )
+        ended |= {row.id: row for row in rows.scalars()}
+    return ended
+
+
+def _per_task(
+    endings: Sequence[Ending], name: str, value: Callable[[Ending], object], *, keep: bool = False
+) -> ColumnElement[Any]:
+    """`name`'s new value for each ending's task, as one CASE on the task id; `keep`:
+    other tasks keep their value (else the endings are all the rows updated)."""
+    column = TaskRow.__table__.c[name]
+    whens = [
+        (col(TaskRow.id) == literal(e.task_id, String()), literal(value(e), column.type))
+        for e in endings
+    ]
+    return case(*whens, else_=column if keep else literal(None, column.type))
+
+
+async def _spent(session: AsyncSession, task_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """What the usage ledger has each task's model calls spending (tasks ended from
+    outside have no count of their own)."""
+    if not task_ids:
+        return {}
+    totals = await session.exec(
+        select(
+            UsageRow.task_id,
+            func.coalesce(func.sum(UsageRow.prompt_tokens), 0),
+            func.coalesce(func.sum(UsageRow.completion_tokens), 0),
+        )
+        .where(col(UsageRow.task_id).in_(task_ids))
+        .group_by(UsageRow.task_id)
+    )
+    spent = {task_id: (0, 0) for task_id in task_ids}
+    spent |= {task_id: (int(p), int(c)) for task_id, p, c in totals if task_id is not None}
+    return spent
 
 
 def _record(row: TaskRow) -> TaskRecord:
@@ -370,17 +430,29 @@ class TaskStore:
         shutdown) has no count of its own: what its model calls spent so far, as the
         usage ledger has it, is recorded instead, so its cost does not read as zero.
         """
-        rows = [TaskLogRow(task_id=task_id, line=line) for task_id, lines in logs for line in lines]
+        now = utcnow()
+        rows = [
+            {"task_id": task_id, "line": line, "created_at": now}
+            for task_id, lines in logs
+            for line in lines
+        ]
         if not rows and not endings:
             return []
         async with self.database.sessions() as session:
-            session.add_all(rows)
-            if rows and endings:
-                await session.flush()  # the lines first: a task seen ended has its log
-            ended = [await _end(session, ending) for ending in endings]
+            if rows:
+                # One INSERT of many rows, in order (ids read the log back in order): as
+                # ORM objects each line was a statement of its own, since their ids
+                # would have had to come back.
+                await session.exec(_LOG_INSERT, params=rows)  # type: ignore[call-overload]
+            ended = await _end_all(session, endings)
             await session.commit()
-        # Each ended record comes back with its update: no second read.
-        return [_record(row) if row is not None else None for row in ended]
+        # Each ended record comes back with its update: no second read. A task ended
+        # twice in the batch is told to its first ending only.
+        answers: list[TaskRecord | None] = []
+        for ending in endings:
+            row = ended.pop(ending.task_id, None)
+            answers.append(_record(row) if row is not None else None)
+        return answers
 
     async def states(self, task_ids: Sequence[str]) -> dict[str, str]:
         if not task_ids:
