@@ -28,13 +28,16 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 from bot.errors import BatonError
 
+_T = TypeVar("_T")
 _TASK_ID = re.compile(r"task-[a-z0-9-]+")
 _BRANCH = re.compile(r"baton/task-[a-z0-9-]+")
 logger = logging.getLogger(__name__)
@@ -182,7 +185,8 @@ async def create_in(repo: Path, path: Path) -> Worktree:
     task_id = path.name
     try:
         _check_task_id(task_id)
-        workspace, base = await _open_repo_at_head(repo)
+        # Sixteen children starting together ask once (`_shared`).
+        workspace, base = await _shared(("head", repo), lambda: _open_repo_at_head(repo))
         if path.parent.is_relative_to(workspace.top):
             raise WorktreeError(
                 f"Worktrees must live outside the workspace; {path.parent} is inside "
@@ -205,7 +209,7 @@ async def create_in(repo: Path, path: Path) -> Worktree:
             await asyncio.to_thread(path.rmdir)  # only while empty
         raise
     git_dir = await _new_worktree_git_dir(path, workspace, task_id)
-    (base_tree,) = await _trees(workspace, base)
+    base_tree = await _tree_of(workspace, base)
     stamp = await asyncio.to_thread(_stamp, git_dir / "index")
     return Worktree(
         repo=workspace.top,
@@ -260,17 +264,19 @@ async def finish(worktree: Worktree, *, message: str) -> Change | None:
     tree as `base` (nothing to merge). If anything fails the worktree is left in place
     and WorktreeError is raised, so no work is ever thrown away by accident.
     """
-    if not await asyncio.to_thread(worktree.path.is_dir):
+    # One stat, on the loop: sixteen children finishing together would each wait longer
+    # for a thread than the call takes.
+    if not worktree.path.is_dir():
         raise WorktreeError(f"The worktree of {worktree.branch} at {worktree.path} is gone")
     workspace = _repo(worktree.repo, worktree.repo_git_dir, worktree.git_dir.parent.parent)
     git = _common_git(worktree)
-    tip, tree, base_tree = await _commit_work_tree(git, workspace, worktree, message)
-    if tree == base_tree:
+    tip, counting = await _commit_work_tree(git, workspace, worktree, message)
+    if counting is None:  # the branch's tree is its base's
         await _remove_own_worktree(workspace, worktree)
         async with _repo_lock(workspace.common_dir):
             await _delete_branch(workspace, worktree.branch)
         return None
-    files = await _numstat(git, worktree.base, tip)
+    files = await counting
     try:
         await _remove_own_worktree(workspace, worktree)
     except WorktreeError as error:
@@ -540,9 +546,10 @@ async def _new_worktree_git_dir(path: Path, workspace: _Repo, task_id: str) -> P
 
 async def _commit_work_tree(
     git: _Git, workspace: _Repo, worktree: Worktree, message: str
-) -> tuple[str, str, str]:
-    """Commit the work tree's files on the child's branch; return the branch's tip, its
-    tree, and the tree of the branch's base.
+) -> tuple[str, asyncio.Future[tuple[FileChange, ...]] | None]:
+    """Commit the work tree's files on the child's branch; return the branch's tip and
+    the lines changed between its tree and its base's, counted while the commit is made
+    (None when the trees are the same: nothing to merge).
 
     A fresh index in a directory of our own, then `add --all`: the commit holds exactly
     the files the child left, whatever it did to its index or HEAD. Commits the child
@@ -583,16 +590,15 @@ async def _commit_on(
     parent_tree: str,
     base_tree: str,
     seed: tuple[Path, tuple[int, int, int]] | None,
-) -> tuple[str, str, str]:
+) -> tuple[str, asyncio.Future[tuple[FileChange, ...]] | None]:
     """`_commit_work_tree` with the branch at `existing` (None: gone), whose tree is
     `parent_tree`; the index starts as a copy of `seed` when given (raising _BranchMoved
     when the branch is not at `existing`), else from the branch's tree."""
     parent = existing or worktree.base
-    scratch = await asyncio.to_thread(tempfile.mkdtemp, prefix="baton-index-")
+    scratch, seeded = await asyncio.to_thread(_scratch_index, seed)
     try:
-        index = Path(scratch) / "index"
-        indexed = replace(git, env={**git.env, "GIT_INDEX_FILE": str(index)})
-        if seed is None or not await asyncio.to_thread(_copied, *seed, index):
+        indexed = replace(git, env={**git.env, "GIT_INDEX_FILE": str(scratch / "index")})
+        if not seeded:
             await _checked(indexed, "read-tree", parent)
         added = await indexed.run("add", "--all", "--", ".")
         if added.returncode != 0:
@@ -602,22 +608,35 @@ async def _commit_on(
             )
         tree = (await _checked(indexed, "write-tree")).text
     finally:
-        await asyncio.to_thread(shutil.rmtree, scratch, True)
+        # Our own directory with git's index in it: removed on the loop, not worth a
+        # thread's wait.
+        shutil.rmtree(scratch, ignore_errors=True)
+    # Counted from the trees alone, so alongside the commit: one git call less in a row.
+    counting = None if tree == base_tree else asyncio.ensure_future(_numstat(git, base_tree, tree))
     if parent_tree == tree:
-        return parent, tree, base_tree
-    text = message.strip() or f"Baton task {worktree.branch.removeprefix('baton/')}"
-    identity = await _identity_config(workspace)
-    created = await git.run("commit-tree", tree, "-p", parent, "-m", text, config=identity)
-    if created.returncode != 0:
-        raise WorktreeError(f"Could not commit the changes on {worktree.branch}: {created.error}")
-    # Compare-and-swap: the branch must still be where we read it (or still absent).
-    ref = f"refs/heads/{worktree.branch}"
-    moved = await git.run("update-ref", "-m", "baton: finish", ref, created.text, existing or "")
-    if moved.returncode != 0:
-        if seed is not None:
-            raise _BranchMoved
-        raise WorktreeError(f"git update-ref failed: {moved.error}")
-    return created.text, tree, base_tree
+        return parent, counting
+    try:
+        text = message.strip() or f"Baton task {worktree.branch.removeprefix('baton/')}"
+        identity = await _identity_config(workspace)
+        created = await git.run("commit-tree", tree, "-p", parent, "-m", text, config=identity)
+        if created.returncode != 0:
+            raise WorktreeError(
+                f"Could not commit the changes on {worktree.branch}: {created.error}"
+            )
+        # Compare-and-swap: the branch must still be where we read it (or still absent).
+        ref = f"refs/heads/{worktree.branch}"
+        moved = await git.run(
+            "update-ref", "-m", "baton: finish", ref, created.text, existing or ""
+        )
+        if moved.returncode != 0:
+            if seed is not None:
+                raise _BranchMoved
+            raise WorktreeError(f"git update-ref failed: {moved.error}")
+    except BaseException:
+        if counting is not None:
+            counting.cancel()
+        raise
+    return created.text, counting
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
@@ -626,6 +645,13 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _scratch_index(seed: tuple[Path, tuple[int, int, int]] | None) -> tuple[Path, bool]:
+    """A new private directory for a scratch index, and whether `seed`'s index was
+    copied in as `index` (else git starts it). Blocking: one thread's wait for both."""
+    scratch = Path(tempfile.mkdtemp(prefix="baton-index-"))
+    return scratch, seed is not None and _copied(*seed, scratch / "index")
 
 
 def _copied(source: Path, stamp: tuple[int, int, int], target: Path) -> bool:
@@ -662,10 +688,13 @@ async def _branch_state(git: _Git, worktree: Worktree) -> tuple[str | None, str,
 async def _identity_config(git: _Repo) -> tuple[str, ...]:
     """Baton's identity unless the repository (or its user) has a complete one; asked
     once in `_IDENTITY_S` seconds per repository (sixteen children finish together)."""
-    loop = asyncio.get_running_loop()
     cached = _identities.get(git.common_dir)
-    if cached is not None and loop.time() - cached[0] < _IDENTITY_S:
+    if cached is not None and time.monotonic() - cached[0] < _IDENTITY_S:
         return cached[1]
+    return await _shared(("identity", git.common_dir), lambda: _read_identity(git))
+
+
+async def _read_identity(git: _Repo) -> tuple[str, ...]:
     found = await git.run("config", "--get-regexp", r"^user\.(name|email)$")
     values: dict[str, str] = {}
     for line in found.text.splitlines() if found.returncode == 0 else ():
@@ -674,7 +703,7 @@ async def _identity_config(git: _Repo) -> tuple[str, ...]:
     identity: tuple[str, ...] = ()
     if not (values.get("user.name") and values.get("user.email")):
         identity = (f"user.name={_FALLBACK_NAME}", f"user.email={_FALLBACK_EMAIL}")
-    _identities[git.common_dir] = (loop.time(), identity)
+    _identities[git.common_dir] = (time.monotonic(), identity)
     return identity
 
 
@@ -692,11 +721,23 @@ async def _trees(git: _Git, *commits: str) -> list[str]:
     return trees
 
 
-async def _numstat(git: _Git, base: str, tip: str) -> tuple[FileChange, ...]:
-    """Lines added and removed per file between two commits, parsed from `-z` output."""
+async def _tree_of(git: _Repo, commit: str) -> str:
+    """A commit's tree: asked once per repository and commit (it never changes)."""
+    key = (git.common_dir, commit)
+    tree = _commit_trees.get(key)
+    if tree is None:
+        (tree,) = await _shared(("tree", *key), lambda: _trees(git, commit))
+        if len(_commit_trees) >= _TREES_KEPT:
+            _commit_trees.clear()
+        _commit_trees[key] = tree
+    return tree
+
+
+async def _numstat(git: _Git, base_tree: str, tree: str) -> tuple[FileChange, ...]:
+    """Lines added and removed per file between two trees, parsed from `-z` output."""
     result = await _checked(
         git, "diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv",
-        f"{base}..{tip}", "--",
+        base_tree, tree, "--",
     )  # fmt: skip
     files: list[FileChange] = []
     for record in result.stdout.split(b"\0"):
@@ -978,6 +1019,33 @@ _locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Path, asyncio.
 
 # Per repository (common dir): when its identity was read, and what `commit-tree` adds.
 _identities: dict[Path, tuple[float, tuple[str, ...]]] = {}
+# Per repository and commit: the commit's tree.
+_commit_trees: dict[tuple[Path, str], str] = {}
+_TREES_KEPT = 256
+# Per event loop: the git lookups in flight, by what they ask (see `_shared`).
+_in_flight: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[Hashable, asyncio.Future[Any]]
+] = weakref.WeakKeyDictionary()
+
+
+async def _shared(key: Hashable, ask: Callable[[], Awaitable[_T]]) -> _T:
+    """`ask()`, or the answer of the same question already in flight: sixteen children
+    starting (or finishing) together make one git call where each would have made its
+    own. A caller cancelled meanwhile leaves the call to the others."""
+    pending = _in_flight.setdefault(asyncio.get_running_loop(), {})
+    future = pending.get(key)
+    if future is None:
+        future = asyncio.ensure_future(ask())
+        pending[key] = future
+
+        def done(finished: asyncio.Future[Any]) -> None:
+            if pending.get(key) is finished:
+                del pending[key]
+            if not finished.cancelled():
+                finished.exception()  # retrieved, even when every caller went away
+
+        future.add_done_callback(done)
+    return await asyncio.shield(future)
 
 
 def _repo_lock(common_dir: Path) -> asyncio.Lock:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -303,6 +304,66 @@ async def test_sixteen_children_edit_the_same_file_in_parallel(repo: Path, base_
     assert len(branches(repo)) == 17
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
     assert (repo / "a.txt").read_text() == "one\ntwo\nthree\n"
+
+
+def logging_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Put a `git` first on PATH that logs each call and runs the real one, taking its
+    time (0.3 s) over the questions a fan-out's children share; returns the log."""
+    real = shutil.which("git")
+    assert real is not None
+    log = tmp_path / "git-calls.log"
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(
+        "#!/bin/sh\n"
+        f"printf '%s\\n' \"$*\" >> '{log}'\n"
+        'case "$*" in *"HEAD^{commit}"*|*"^{tree}"*|*"--get-regexp"*) sleep 0.3;; esac\n'
+        f"exec '{real}' \"$@\"\n"
+    )
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    return log
+
+
+async def test_a_fan_out_asks_git_what_its_children_share_once(
+    tmp_path: Path, repo: Path, base_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sixteen children starting together read HEAD and its tree once, and finishing
+    together read the repository's identity once; each still gets its own branch, and
+    its own line counts."""
+    log = logging_git(tmp_path, monkeypatch)
+    ids = [f"task-f-{n}" for n in range(16)]
+    worktrees = await asyncio.gather(*(create(repo, task_id, base_dir) for task_id in ids))
+    for n, worktree in enumerate(worktrees):
+        (worktree.path / "a.txt").write_text("one\n" + "new\n" * (n + 1))
+    changes = await asyncio.gather(*(finish(w, message="done") for w in worktrees))
+
+    calls = log.read_text().splitlines()
+    assert sum("HEAD^{commit}" in call for call in calls) == 1
+    assert sum(call.endswith("^{tree}") for call in calls) == 1
+    assert sum("--get-regexp" in call for call in calls) == 1
+    assert sum(" worktree add " in call for call in calls) == 16
+    for n, (task_id, change) in enumerate(zip(ids, changes, strict=True)):
+        assert change is not None and change.branch == f"baton/{task_id}"
+        assert change.files == (FileChange(path="a.txt", added=n + 1, removed=2),)
+        assert git(repo, "log", "-1", "--format=%an", change.branch).strip() == "Baton"
+
+
+async def test_a_caller_that_goes_away_leaves_the_shared_question_to_the_others(
+    tmp_path: Path, repo: Path, base_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logging_git(tmp_path, monkeypatch)
+    leaving = asyncio.create_task(create(repo, "task-c-1", base_dir))
+    staying = asyncio.create_task(create(repo, "task-c-2", base_dir))
+    await asyncio.sleep(0.1)  # both wait on the one HEAD lookup
+    leaving.cancel()
+    worktree = await staying
+    assert worktree.path.is_dir() and worktree.base == head(repo)
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    (worktree.path / "b.txt").write_text("b\n")
+    change = await finish(worktree, message="done")
+    assert change is not None and change.files == (FileChange(path="b.txt", added=1, removed=0),)
 
 
 async def test_worktrees_made_and_removed_side_by_side_never_trip_each_other(
