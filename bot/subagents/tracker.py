@@ -328,7 +328,8 @@ class TaskTracker:
         Raises:
             Exception: The database refused this ending.
         """
-        if task_id in self._children:
+        running_here = task_id in self._children
+        if running_here:
             self._ended_here.add(task_id)
         ending = Ending(
             task_id=task_id, state=state, result=result, error=error,
@@ -342,8 +343,10 @@ class TaskTracker:
         self._wake_writer()
         # A finish cancelled while queued is still written, and told, by the writer.
         record = await asyncio.shield(ended)
-        if record is not None and self.signals is not None:
+        if record is not None and self.signals is not None and not running_here:
             # A cancel that reached this replica stops the child on its owner at once.
+            # A child ending here concerns no other replica's sweep, nor this one's:
+            # sixteen endings would wake every replica's sweep sixteen times.
             await self.signals.notify(TASK, task_id)
         return record
 

@@ -75,3 +75,36 @@ async def test_a_child_ended_elsewhere_is_still_stopped(tracker: TaskTracker) ->
     await tracker.signals.notify("task", task_id)
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 5)
+
+
+async def test_a_child_ending_here_wakes_no_sweep_and_a_cancel_from_here_does(
+    tracker: TaskTracker,
+) -> None:
+    """The "task" signal tells a child's owner that its task was ended elsewhere; a
+    child ending on its own replica concerns no sweep (sixteen ending together woke
+    every replica's sweep sixteen times, each reading every running task)."""
+    assert tracker.signals is not None
+    watching = tracker.signals.subscribe("task")
+    try:
+        ours = await started(tracker)
+        recorded, release = asyncio.Event(), asyncio.Event()
+
+        async def child() -> None:
+            await tracker.finish(ours, state="completed", result="done")
+            recorded.set()
+            await release.wait()
+
+        task = asyncio.create_task(child())
+        tracker.attach(ours, task)
+        await recorded.wait()
+        assert not await watching.wait(0.2)
+        release.set()
+        await task
+
+        # A task this replica does not run (another replica's child): ending it here
+        # must still reach its owner.
+        theirs = await started(tracker)
+        await tracker.cancel(theirs, by="U1")
+        assert await watching.wait(1.0)
+    finally:
+        watching.close()
