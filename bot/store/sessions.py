@@ -6,13 +6,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, update
+from sqlalchemy import func, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from bot.engine.messages import ChatMessage, ToolCall, summary_message
 from bot.store.database import Database
 from bot.store.models import CompactionRow, MessageRow, SessionRow, utcnow
+
+_MESSAGE_INSERT = insert(MessageRow)
 
 APPEND_ATTEMPTS = 5
 
@@ -231,22 +233,26 @@ class SessionStore:
                 select(func.max(MessageRow.seq)).where(MessageRow.session_id == session_id)
             )
             last = result.one() or 0
-            for offset, message in enumerate(messages, start=1):
-                session.add(
-                    MessageRow(
-                        session_id=session_id,
-                        seq=last + offset,
-                        role=message.role,
-                        content=message.content,
-                        tool_calls=[c.to_openai() for c in message.tool_calls] or None,
-                        tool_call_id=message.tool_call_id,
-                        name=message.name,
-                    )
-                )
-            parent = await session.get(SessionRow, session_id)
-            if parent is not None:
-                parent.updated_at = utcnow()
-                session.add(parent)
+            now = utcnow()
+            rows = [
+                {
+                    "session_id": session_id,
+                    "seq": last + offset,
+                    "role": message.role,
+                    "content": message.content,
+                    "tool_calls": [c.to_openai() for c in message.tool_calls] or None,
+                    "tool_call_id": message.tool_call_id,
+                    "name": message.name,
+                    "created_at": now,
+                }
+                for offset, message in enumerate(messages, start=1)
+            ]
+            # One INSERT of many rows: as ORM objects each message was a statement of
+            # its own (a fan-out's turn is 30-odd messages, written as its children start).
+            await session.exec(_MESSAGE_INSERT, params=rows)  # type: ignore[call-overload]
+            await session.exec(
+                update(SessionRow).where(col(SessionRow.id) == session_id).values(updated_at=now)
+            )
             await session.commit()
 
 

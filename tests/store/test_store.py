@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from bot.engine.messages import ChatMessage, ToolCall
 from bot.errors import ConfigError
 from bot.store import Database, EventLedger, SessionKey, SessionStore
 from bot.store.database import async_url
+from bot.store.models import SessionRow, as_utc
 
 
 @pytest.fixture
@@ -153,3 +155,35 @@ async def test_concurrent_appends_to_one_session_lose_nothing(tmp_path: Path) ->
     for batch in batches:
         start = contents.index(batch[0].content or "")
         assert contents[start : start + 3] == [m.content for m in batch]
+
+
+async def test_a_turn_of_many_messages_is_stored_whole_and_in_order(database: Database) -> None:
+    """A fan-out's turn (an assistant message with many tool calls, then each result) is
+    one INSERT of many rows: every field of every message comes back, in order, after
+    what was there, and the session counts as updated."""
+    store = SessionStore(database)
+    session = await store.get_or_create(THREAD)
+    await store.append(session.id, CONVERSATION)
+    async with database.sessions() as db:
+        row = await db.get(SessionRow, session.id)
+        assert row is not None
+        row.updated_at = datetime(2020, 1, 1, tzinfo=UTC)
+        db.add(row)
+        await db.commit()
+    calls = tuple(
+        ToolCall(id=f"c{n}", name="task", arguments=f'{{"prompt": "job {n}"}}') for n in range(16)
+    )
+    turn = [
+        ChatMessage(role="user", content="fan out", name="bob"),
+        ChatMessage(role="assistant", content=None, tool_calls=calls),
+        *(
+            ChatMessage(role="tool", content=f"<task {n}/>", tool_call_id=f"c{n}", name="task")
+            for n in range(16)
+        ),
+        ChatMessage(role="assistant", content="started 'em all; \"quotes\" and ' stay"),
+    ]
+    await store.append(session.id, turn)
+    assert await store.history(session.id) == [*CONVERSATION, *turn]
+    async with database.sessions() as db:
+        row = await db.get(SessionRow, session.id)
+        assert row is not None and as_utc(row.updated_at) > datetime(2020, 1, 2, tzinfo=UTC)
