@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, String, case, func, insert, literal, update
+from sqlalchemy import ColumnElement, case, func, insert, literal, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
@@ -205,12 +205,13 @@ def _per_task(
 ) -> ColumnElement[Any]:
     """`name`'s new value for each ending's task, as one CASE on the task id; `keep`:
     other tasks keep their value (else the endings are all the rows updated)."""
-    column = TaskRow.__table__.c[name]
-    whens = [
-        (col(TaskRow.id) == literal(e.task_id, String()), literal(value(e), column.type))
-        for e in endings
-    ]
-    return case(*whens, else_=column if keep else literal(None, column.type))
+    table = TaskRow.__table__
+    column = table.c[name]
+    return case(
+        {e.task_id: literal(value(e), column.type) for e in endings},
+        value=table.c.id,
+        else_=column if keep else None,
+    )
 
 
 async def _spent(session: AsyncSession, task_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
