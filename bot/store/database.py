@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.orm import configure_mappers
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.errors import ConfigError
@@ -75,6 +76,9 @@ class Database:
         if self.url.startswith("sqlite"):
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
         self.sessions = async_sessionmaker(self.engine, class_=AsyncSession, expire_on_commit=False)
+        # The ORM's mappers are set up here, once per process, rather than by the first
+        # query (the first event's turn, which would wait about 25 ms for it).
+        configure_mappers()
 
     async def create_schema(self) -> None:
         """Migrate the schema to the newest revision (every table, on an empty database).
