@@ -1,8 +1,9 @@
 """The sweep that stops children ended elsewhere leaves alone a child that ended here.
 
-A child records its result (which signals every replica, this one included) a moment
-before its asyncio task returns; the woken sweep must not take that ending for a
-cancel from another replica and cancel the child on its last step.
+A child records its result a moment before its asyncio task returns; a sweep that runs
+meanwhile (its period, or a signal about another task) must not take that ending for
+a cancel from another replica and cancel the child on its last step. Its own ending
+signals no sweep at all: only endings of tasks running elsewhere concern one.
 """
 
 from __future__ import annotations
