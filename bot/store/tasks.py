@@ -132,6 +132,8 @@ class Ending:
     branch: str | None = None
     branch_commit: str | None = None
     change: str | None = None
+    # When the task ended (its `finish` was asked); None: when it is written.
+    finished_at: datetime | None = None
 
 
 _LOG_INSERT = insert(TaskLogRow)
@@ -150,20 +152,22 @@ async def _end_all(session: AsyncSession, endings: Sequence[Ending]) -> dict[str
     by_task: dict[str, Ending] = {}
     for ending in endings:
         by_task.setdefault(ending.task_id, ending)
-    spent = await _spent(
-        session,
-        [e.task_id for e in by_task.values() if e.prompt_tokens == e.completion_tokens == 0],
-    )
-    firsts = [
-        replace(e, prompt_tokens=spent[e.task_id][0], completion_tokens=spent[e.task_id][1])
-        if e.task_id in spent
-        else e
-        for e in by_task.values()
-    ]
+    # In task id order: replicas ending overlapping sets lock their rows in one order,
+    # so the statements of a large batch cannot deadlock each other's.
+    firsts = sorted(by_task.values(), key=lambda e: e.task_id)
     ended: dict[str, TaskRow] = {}
     now = utcnow()
     for start in range(0, len(firsts), _ENDINGS_PER_UPDATE):
         chunk = firsts[start : start + _ENDINGS_PER_UPDATE]
+        spent = await _spent(
+            session, [e.task_id for e in chunk if e.prompt_tokens == e.completion_tokens == 0]
+        )
+        chunk = [
+            replace(e, prompt_tokens=spent[e.task_id][0], completion_tokens=spent[e.task_id][1])
+            if e.task_id in spent
+            else e
+            for e in chunk
+        ]
         values: dict[str, Any] = {
             "state": _per_task(chunk, "state", lambda e: e.state),
             "result": _per_task(chunk, "result", lambda e: e.result),
@@ -172,7 +176,7 @@ async def _end_all(session: AsyncSession, endings: Sequence[Ending]) -> dict[str
             "completion_tokens": _per_task(
                 chunk, "completion_tokens", lambda e: e.completion_tokens
             ),
-            "finished_at": now,
+            "finished_at": _per_task(chunk, "finished_at", lambda e: e.finished_at or now),
             "handoff": _per_task(chunk, "handoff", lambda e: e.handoff),
         }
         # A branch recorded already (the work a crashed child left) stays.

@@ -14,6 +14,7 @@ from typing import Any
 from bot.engine.messages import ChatMessage
 from bot.errors import SteeringFull, TaskLimitReached
 from bot.store.instances import Instances
+from bot.store.models import utcnow
 from bot.store.signals import TASK, Signals, Subscription
 from bot.store.tasks import Ending, NewTask, TaskDetail, TaskRecord, TaskState, TaskStore
 
@@ -335,6 +336,7 @@ class TaskTracker:
             task_id=task_id, state=state, result=result, error=error,
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, handoff=handoff,
             branch=branch, branch_commit=branch_commit, change=change,
+            finished_at=utcnow(),  # now, not when the writer gets to it with others
         )  # fmt: skip
         ended: asyncio.Future[TaskRecord | None] = asyncio.get_running_loop().create_future()
         # Retrieved even when its `finish` went away meanwhile (no "never retrieved").

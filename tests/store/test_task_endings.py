@@ -9,7 +9,7 @@ task to win (in the batch too), and the lines to keep their order.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -204,3 +204,32 @@ async def test_hostile_results_are_stored_as_text(database: Database) -> None:
     untouched = await store.get(bystander)
     assert untouched is not None
     assert (untouched.state, untouched.result, untouched.finished_at) == ("running", None, None)
+
+
+async def test_each_task_keeps_its_own_end_time_and_results_come_in_that_order(
+    database: Database,
+) -> None:
+    """Endings written together keep the times they ended at (not the write's), so
+    results are handed over in the order the children finished, whatever their ids."""
+    store, ids = await _tasks(database, 11)
+    start = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    # Finished in the order task 9, task 10, task 1, ...: not their ids' order as text.
+    order = [ids[9], ids[10], ids[1], *ids[2:9], ids[0]]
+    endings = [
+        Ending(task_id=task_id, state="completed", result=f"r{n}", prompt_tokens=1,
+               completion_tokens=1, finished_at=start + timedelta(seconds=n))
+        for n, task_id in enumerate(order)
+    ]  # fmt: skip
+    answers = await store.write([], list(reversed(endings)))
+    assert all(answer is not None for answer in answers)
+    for n, task_id in enumerate(order):
+        stored = await store.get(task_id)
+        assert stored is not None and stored.finished_at == start + timedelta(seconds=n)
+    session_id = (await store.get(ids[0])).session_id  # type: ignore[union-attr]
+    handed = await store.drain_finished(session_id)
+    assert [record.id for record in handed] == order
+    # An ending without a time takes the write's.
+    store2, [late] = await _tasks(database, 1)
+    [record] = await store2.write([], [Ending(task_id=late, state="failed", error="x")])
+    assert record is not None and record.finished_at is not None
+    assert record.finished_at > start
