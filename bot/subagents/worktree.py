@@ -185,8 +185,9 @@ async def create_in(repo: Path, path: Path) -> Worktree:
     task_id = path.name
     try:
         _check_task_id(task_id)
-        # Sixteen children starting together ask once (`_shared`).
-        workspace, base = await _shared(("head", repo), lambda: _open_repo_at_head(repo))
+        # Each asks on its own, even in a fan-out: a lookup shared with one that began
+        # earlier could give a HEAD that has moved since (a merge just made).
+        workspace, base = await _open_repo_at_head(repo)
         if path.parent.is_relative_to(workspace.top):
             raise WorktreeError(
                 f"Worktrees must live outside the workspace; {path.parent} is inside "
@@ -595,7 +596,13 @@ async def _commit_on(
     `parent_tree`; the index starts as a copy of `seed` when given (raising _BranchMoved
     when the branch is not at `existing`), else from the branch's tree."""
     parent = existing or worktree.base
-    scratch, seeded = await asyncio.to_thread(_scratch_index, seed)
+    preparing = asyncio.ensure_future(asyncio.to_thread(_scratch_index, seed))
+    try:
+        scratch, seeded = await asyncio.shield(preparing)
+    except asyncio.CancelledError:
+        # Cancelled while the thread makes it: the copy of the index goes too.
+        preparing.add_done_callback(_remove_scratch)
+        raise
     try:
         indexed = replace(git, env={**git.env, "GIT_INDEX_FILE": str(scratch / "index")})
         if not seeded:
@@ -652,6 +659,11 @@ def _scratch_index(seed: tuple[Path, tuple[int, int, int]] | None) -> tuple[Path
     copied in as `index` (else git starts it). Blocking: one thread's wait for both."""
     scratch = Path(tempfile.mkdtemp(prefix="baton-index-"))
     return scratch, seed is not None and _copied(*seed, scratch / "index")
+
+
+def _remove_scratch(prepared: asyncio.Future[tuple[Path, bool]]) -> None:
+    if not prepared.cancelled() and prepared.exception() is None:
+        shutil.rmtree(prepared.result()[0], ignore_errors=True)
 
 
 def _copied(source: Path, stamp: tuple[int, int, int], target: Path) -> bool:
@@ -1030,8 +1042,10 @@ _in_flight: weakref.WeakKeyDictionary[
 
 async def _shared(key: Hashable, ask: Callable[[], Awaitable[_T]]) -> _T:
     """`ask()`, or the answer of the same question already in flight: sixteen children
-    starting (or finishing) together make one git call where each would have made its
-    own. A caller cancelled meanwhile leaves the call to the others."""
+    finishing together make one git call where each would have made its own. Only for
+    answers that cannot have changed since the call began (a commit's tree) or may be
+    seconds old anyway (the identity). A caller cancelled meanwhile leaves the call to
+    the others."""
     pending = _in_flight.setdefault(asyncio.get_running_loop(), {})
     future = pending.get(key)
     if future is None:

@@ -306,32 +306,36 @@ async def test_sixteen_children_edit_the_same_file_in_parallel(repo: Path, base_
     assert (repo / "a.txt").read_text() == "one\ntwo\nthree\n"
 
 
-def logging_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def logging_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     """Put a `git` first on PATH that logs each call and runs the real one, taking its
-    time (0.3 s) over the questions a fan-out's children share; returns the log."""
+    time (0.3 s) over the questions a fan-out's children share, and leaving a marker
+    file when such a question begins; returns the log and the marker."""
     real = shutil.which("git")
     assert real is not None
-    log = tmp_path / "git-calls.log"
+    log, marker = tmp_path / "git-calls.log", tmp_path / "asked"
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "git").write_text(
         "#!/bin/sh\n"
         f"printf '%s\\n' \"$*\" >> '{log}'\n"
-        'case "$*" in *"HEAD^{commit}"*|*"^{tree}"*|*"--get-regexp"*) sleep 0.3;; esac\n'
+        'case "$*" in *"HEAD^{commit}"*|*"^{tree}"*|*"--get-regexp"*)\n'
+        f"  touch '{marker}'; sleep 0.3;;\n"
+        "esac\n"
         f"exec '{real}' \"$@\"\n"
     )
     (shim / "git").chmod(0o755)
     monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
-    return log
+    return log, marker
 
 
 async def test_a_fan_out_asks_git_what_its_children_share_once(
     tmp_path: Path, repo: Path, base_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Sixteen children starting together read HEAD and its tree once, and finishing
-    together read the repository's identity once; each still gets its own branch, and
-    its own line counts."""
-    log = logging_git(tmp_path, monkeypatch)
+    """Sixteen children starting together read their base commit's tree once, and
+    finishing together read the repository's identity once; each still reads HEAD
+    itself (a shared read could predate a merge), gets its own branch and its own line
+    counts."""
+    log, _ = logging_git(tmp_path, monkeypatch)
     ids = [f"task-f-{n}" for n in range(16)]
     worktrees = await asyncio.gather(*(create(repo, task_id, base_dir) for task_id in ids))
     for n, worktree in enumerate(worktrees):
@@ -339,7 +343,7 @@ async def test_a_fan_out_asks_git_what_its_children_share_once(
     changes = await asyncio.gather(*(finish(w, message="done") for w in worktrees))
 
     calls = log.read_text().splitlines()
-    assert sum("HEAD^{commit}" in call for call in calls) == 1
+    assert sum("HEAD^{commit}" in call for call in calls) == 16
     assert sum(call.endswith("^{tree}") for call in calls) == 1
     assert sum("--get-regexp" in call for call in calls) == 1
     assert sum(" worktree add " in call for call in calls) == 16
@@ -349,21 +353,34 @@ async def test_a_fan_out_asks_git_what_its_children_share_once(
         assert git(repo, "log", "-1", "--format=%an", change.branch).strip() == "Baton"
 
 
-async def test_a_caller_that_goes_away_leaves_the_shared_question_to_the_others(
+async def test_a_finish_that_goes_away_leaves_the_shared_question_to_the_others(
     tmp_path: Path, repo: Path, base_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    logging_git(tmp_path, monkeypatch)
-    leaving = asyncio.create_task(create(repo, "task-c-1", base_dir))
-    staying = asyncio.create_task(create(repo, "task-c-2", base_dir))
-    await asyncio.sleep(0.1)  # both wait on the one HEAD lookup
+    """Two children finish; the one whose finish is cancelled while both wait on the
+    repository's identity takes nothing from the other, and its work stays in its
+    worktree."""
+    leaving_tree, staying_tree = (
+        await create(repo, "task-c-1", base_dir),
+        await create(repo, "task-c-2", base_dir),
+    )
+    _, marker = logging_git(tmp_path, monkeypatch)
+    for worktree in (leaving_tree, staying_tree):
+        (worktree.path / "b.txt").write_text(f"{worktree.branch}\n")
+    staying = asyncio.create_task(finish(staying_tree, message="done"))
+    for _ in range(500):  # until the identity is asked for
+        if marker.exists():
+            break
+        await asyncio.sleep(0.01)
+    assert marker.exists()
+    leaving = asyncio.create_task(finish(leaving_tree, message="done"))
+    await asyncio.sleep(0.15)  # it joins the question in flight (0.3 s)
     leaving.cancel()
-    worktree = await staying
-    assert worktree.path.is_dir() and worktree.base == head(repo)
+    change = await staying
+    assert change is not None and change.files == (FileChange(path="b.txt", added=1, removed=0),)
+    assert git(repo, "log", "-1", "--format=%an", change.branch).strip() == "Baton"
     with pytest.raises(asyncio.CancelledError):
         await leaving
-    (worktree.path / "b.txt").write_text("b\n")
-    change = await finish(worktree, message="done")
-    assert change is not None and change.files == (FileChange(path="b.txt", added=1, removed=0),)
+    assert (leaving_tree.path / "b.txt").read_text() == "baton/task-c-1\n"
 
 
 async def test_worktrees_made_and_removed_side_by_side_never_trip_each_other(
