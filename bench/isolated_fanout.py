@@ -93,10 +93,11 @@ async def measure(
                 async for _ in baton.conversations.run_turn(key, "fan out"):
                     pass
                 await baton.tracker.wait_for_children()
+                # Every child's result recorded (its work committed on its branch, its
+                # ending written): the children's tasks return only then.
+                finished = datetime.now(UTC)
                 session = await baton.conversations.store.get_or_create(key)
                 tasks = await baton.tracker.list(session_id=session.id, limit=children + 1)
-                # The last child's result recorded: its work committed on its branch.
-                finished = max(t.finished_at or started for t in tasks)
             finally:
                 await baton.close()
             listed = await asyncio.to_thread(
