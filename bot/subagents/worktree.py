@@ -68,6 +68,10 @@ _SAFE_CONFIG = (
     "safe.bareRepository=explicit",
 )
 _TIMEOUT_S = 300.0
+# What git may see of Baton's environment: where programs are, the user's git config
+# (identity), temporary files, the time zone of commit dates, a library path for a git
+# installed apart from the system's.
+_GIT_INHERITS = ("PATH", "HOME", "XDG_CONFIG_HOME", "TMPDIR", "TZ", "LD_LIBRARY_PATH")
 _STDOUT_LIMIT = 8 * 1024 * 1024
 _STDERR_LIMIT = 64 * 1024
 _SUMMARY_FILES = 20
@@ -416,8 +420,11 @@ async def _read_bounded(stream: asyncio.StreamReader, limit: int) -> bytes:
 
 
 def _git_environment(extra: dict[str, str]) -> dict[str, str]:
-    """Our environment without any GIT_* variable (they would redirect or reconfigure git)."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    """The few variables of ours that these local git commands read, and none other: no
+    GIT_* variable (they would redirect or reconfigure git), no pager, editor or
+    preloaded library, and none of Baton's secrets (git runs on files a child wrote,
+    and a filter its attributes name would see them)."""
+    env = {key: value for key in _GIT_INHERITS if (value := os.environ.get(key)) is not None}
     env.update(
         GIT_TERMINAL_PROMPT="0",
         GIT_CONFIG_NOSYSTEM="1",

@@ -672,6 +672,48 @@ async def test_inherited_git_environment_is_ignored(
     assert not marker.exists()
 
 
+async def test_git_sees_only_the_variables_it_needs(
+    tmp_path: Path, repo: Path, base_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Git runs with PATH, HOME, XDG_CONFIG_HOME, TMPDIR, TZ and LD_LIBRARY_PATH of
+    Baton's environment and Baton's own settings; nothing else of it (a preloaded
+    library, a pager, an editor, a secret) reaches it."""
+    real = shutil.which("git")
+    assert real is not None
+    dumps = tmp_path / "envs"
+    dumps.mkdir()
+    shim = tmp_path / "envshim"
+    shim.mkdir()
+    (shim / "git").write_text(
+        f"#!/bin/sh\nenv > \"$(mktemp '{dumps}/env.XXXXXX')\"\nexec '{real}' \"$@\"\n"
+    )
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    monkeypatch.setenv("TZ", "UTC")
+    for name, value in (
+        ("LD_PRELOAD", str(tmp_path / "evil.so")), ("PAGER", "trap"), ("EDITOR", "trap"),
+        ("OPENAI_API_KEY", "sk-secret"), ("SLACK_BOT_TOKEN", "xoxb-secret"),
+    ):  # fmt: skip
+        monkeypatch.setenv(name, value)
+    worktree = await create(repo, "task-e-7", base_dir)
+    (worktree.path / "a.txt").write_text("x\n")
+    assert await finish(worktree, message="work") is not None
+
+    seen: set[str] = set()
+    for dump in dumps.iterdir():
+        seen |= {line.split("=", 1)[0] for line in dump.read_text().splitlines() if "=" in line}
+    assert {"PATH", "HOME", "XDG_CONFIG_HOME", "TZ", "LC_ALL", "GIT_CONFIG_NOSYSTEM"} <= seen
+    leaked = {"LD_PRELOAD", "PAGER", "EDITOR", "OPENAI_API_KEY", "SLACK_BOT_TOKEN"} & seen
+    assert not leaked
+    # The shell adds PWD, SHLVL and _ of its own; nothing else beyond git's own.
+    allowed = {"PATH", "HOME", "XDG_CONFIG_HOME", "TMPDIR", "TZ", "LD_LIBRARY_PATH"}
+    assert seen - allowed - {"PWD", "SHLVL", "_", "OLDPWD"} <= {
+        "LC_ALL", "GIT_TERMINAL_PROMPT", "GIT_CONFIG_NOSYSTEM", "GIT_EDITOR", "GIT_INDEX_FILE",
+        "GIT_DIR", "GIT_WORK_TREE", "GIT_PREFIX", "GIT_EXEC_PATH", "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_COUNT",
+    }  # fmt: skip
+
+
 def test_summary_caps_the_file_list() -> None:
     files = tuple(FileChange(path=f"f{n}.txt", added=1, removed=0) for n in range(25))
     summary = Change(branch="baton/task-x", commit="0" * 40, files=files).summary()
