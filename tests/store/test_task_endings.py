@@ -17,26 +17,18 @@ import pytest
 from bot.store import Database, SessionKey, SessionStore
 from bot.store.tasks import Ending, NewTask, TaskStore
 from bot.store.usage import UsageStore
-from tests.databases import POSTGRES_SERVER, fresh_postgres
-
-KINDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.skipif(
-    not POSTGRES_SERVER, reason="BATON_TEST_POSTGRES_URL is not set"
-))]  # fmt: skip
+from tests.databases import fresh_database
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=["sqlite", "postgresql"])
 async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    if request.param == "sqlite":
-        db = Database(f"sqlite:///{tmp_path / 'baton.db'}")
-        await db.create_schema()
-        yield db
-        await db.close()
-        return
-    async with fresh_postgres() as url:
+    async with fresh_database(request.param, tmp_path) as url:
         db = Database(url)
         await db.create_schema()
-        yield db
-        await db.close()
+        try:
+            yield db
+        finally:
+            await db.close()
 
 
 async def _tasks(database: Database, count: int) -> tuple[TaskStore, list[str]]:

@@ -306,25 +306,30 @@ async def test_sixteen_children_edit_the_same_file_in_parallel(repo: Path, base_
     assert (repo / "a.txt").read_text() == "one\ntwo\nthree\n"
 
 
+def git_shim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before: str) -> None:
+    """Put a `git` first on PATH that runs the shell lines `before`, then the real git."""
+    real = shutil.which("git")
+    assert real is not None
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(f"#!/bin/sh\n{before}exec '{real}' \"$@\"\n")
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+
+
 def logging_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     """Put a `git` first on PATH that logs each call and runs the real one, taking its
     time (0.3 s) over the questions a fan-out's children share, and leaving a marker
     file when such a question begins; returns the log and the marker."""
-    real = shutil.which("git")
-    assert real is not None
     log, marker = tmp_path / "git-calls.log", tmp_path / "asked"
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "git").write_text(
-        "#!/bin/sh\n"
+    git_shim(
+        tmp_path,
+        monkeypatch,
         f"printf '%s\\n' \"$*\" >> '{log}'\n"
         'case "$*" in *"HEAD^{commit}"*|*"^{tree}"*|*"--get-regexp"*)\n'
         f"  touch '{marker}'; sleep 0.3;;\n"
-        "esac\n"
-        f"exec '{real}' \"$@\"\n"
+        "esac\n",
     )
-    (shim / "git").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
     return log, marker
 
 
@@ -678,17 +683,9 @@ async def test_git_sees_only_the_variables_it_needs(
     """Git runs with PATH, HOME, XDG_CONFIG_HOME, TMPDIR, TZ and LD_LIBRARY_PATH of
     Baton's environment and Baton's own settings; nothing else of it (a preloaded
     library, a pager, an editor, a secret) reaches it."""
-    real = shutil.which("git")
-    assert real is not None
     dumps = tmp_path / "envs"
     dumps.mkdir()
-    shim = tmp_path / "envshim"
-    shim.mkdir()
-    (shim / "git").write_text(
-        f"#!/bin/sh\nenv > \"$(mktemp '{dumps}/env.XXXXXX')\"\nexec '{real}' \"$@\"\n"
-    )
-    (shim / "git").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    git_shim(tmp_path, monkeypatch, f"env > \"$(mktemp '{dumps}/env.XXXXXX')\"\n")
     monkeypatch.setenv("TZ", "UTC")
     for name, value in (
         ("LD_PRELOAD", str(tmp_path / "evil.so")), ("PAGER", "trap"), ("EDITOR", "trap"),
