@@ -10,14 +10,15 @@ patterns use them, so ``/bin/rm``, ``env rm`` and ``\\rm`` are all ``rm`` to bot
 from __future__ import annotations
 
 import re
-import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from bot.permissions.bash_tree import CommandParseError
+from bot.permissions.options import skip_options
+from bot.permissions.wrappers import WRAPPERS
 
 __all__ = [
     "SHELL_PROGRAMS",
     "LiteralWord",
+    "command_levels",
     "command_words",
     "effective_command",
     "is_redirect_operator",
@@ -49,123 +50,6 @@ class LiteralWord(str):
 def is_redirect_operator(word: str) -> bool:
     """Whether a word of a segment is a redirection operator (``>``, ``2>&``, ``<<<``...)."""
     return _redirect_operator(word) is not None
-
-
-# --------------------------------------------------------------------------------------
-# Wrappers: programs that run the rest of their arguments as a command
-
-_WrapperHandler = Callable[[tuple[str, ...]], tuple[str, ...] | None]
-
-
-def skip_options(
-    args: Sequence[str], *, short: str = "", long: frozenset[str] = frozenset()
-) -> int:
-    """Index of the first operand, skipping options and the values they take.
-
-    Args:
-        args: The arguments after the program name.
-        short: Short options that take a value (attached, ``-n5``, or the next word).
-        long: Long options that take the next word as value unless written ``--x=v``.
-
-    Returns:
-        The index of the first word that is not an option (or ``len(args)``).
-    """
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        if arg == "--":
-            return index + 1
-        if arg.startswith("--"):
-            index += 1
-            if "=" not in arg and arg in long:
-                index += 1
-        elif arg.startswith("-") and len(arg) > 1:
-            index += 1
-            for position, letter in enumerate(arg[1:], start=2):
-                if letter in short:
-                    if position == len(arg):
-                        index += 1
-                    break
-        else:
-            return index
-    return index
-
-
-def _after_options(
-    short: str = "", long: frozenset[str] = frozenset(), operands: int = 0
-) -> _WrapperHandler:
-    def handler(args: tuple[str, ...]) -> tuple[str, ...] | None:
-        start = skip_options(args, short=short, long=long) + operands
-        return args[start:] if start < len(args) else None
-
-    return handler
-
-
-def _env_command(args: tuple[str, ...]) -> tuple[str, ...] | None:
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        if arg in ("-S", "--split-string") or arg.startswith(("-S", "--split-string=")):
-            if arg in ("-S", "--split-string"):
-                value = args[index + 1] if index + 1 < len(args) else ""
-                rest = args[index + 2 :]
-            else:
-                value = arg.split("=", 1)[1] if arg.startswith("--") else arg[2:]
-                rest = args[index + 1 :]
-            try:
-                split = tuple(shlex.split(value))
-            except ValueError as exc:
-                raise CommandParseError(f"cannot split 'env -S' string: {exc}") from exc
-            return (*split, *rest) or None
-        if arg == "--":
-            index += 1
-            break
-        if arg in ("-u", "-C", "--unset", "--chdir"):
-            index += 2
-        elif arg.startswith("-"):
-            index += 1  # includes `-` alone, an old spelling of -i
-        else:
-            break
-    while index < len(args) and ASSIGNMENT_RE.match(args[index]):
-        index += 1
-    # `env FOO=1` alone prints the environment: then env itself is the program.
-    return args[index:] or None
-
-
-def _command_builtin(args: tuple[str, ...]) -> tuple[str, ...] | None:
-    start = skip_options(args)
-    options = "".join(arg for arg in args[:start] if arg != "--")
-    if "v" in options or "V" in options:
-        return None  # `command -v rm` only looks the program up
-    return args[start:] or None
-
-
-_WRAPPERS: dict[str, _WrapperHandler] = {
-    "sudo": _after_options(
-        "ugpCDhrtTUR",
-        frozenset(
-            {"--user", "--group", "--prompt", "--close-from", "--chdir", "--role", "--type",
-             "--command-timeout", "--other-user", "--host", "--chroot"}
-        ),
-    ),
-    "doas": _after_options("uC"),
-    "pkexec": _after_options("", frozenset({"--user"})),
-    "run0": _after_options("uDg", frozenset({"--user", "--group", "--chdir"})),
-    "env": _env_command,
-    "nohup": _after_options(),
-    "time": _after_options("fo", frozenset({"--format", "--output"})),
-    "nice": _after_options("n", frozenset({"--adjustment"})),
-    "ionice": _after_options("cnpPu", frozenset({"--class", "--classdata"})),
-    "timeout": _after_options("sk", frozenset({"--signal", "--kill-after"}), operands=1),
-    "command": _command_builtin,
-    "exec": _after_options("a"),
-    "builtin": _after_options(),
-    "stdbuf": _after_options("ioe", frozenset({"--input", "--output", "--error"})),
-    "setsid": _after_options(),
-    "unbuffer": _after_options(),
-    "chronic": _after_options(),
-    "busybox": _after_options(),
-}  # fmt: skip
 
 
 def redirections(segment: Sequence[str]) -> list[tuple[str, str]]:
@@ -265,11 +149,11 @@ def unwrap_command(words: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ..
     """Separate the wrappers of a command from the program they run.
 
     Leading variable assignments (``FOO=1``), reserved words (``if``, ``then``, ``do``,
-    ``!`` ...) and wrappers with their options are skipped: ``env``, ``sudo``,
-    ``doas``, ``pkexec``, ``nohup``, ``time``, ``nice``, ``ionice``, ``timeout``,
-    ``command``, ``exec``, ``builtin``, ``stdbuf``, ``setsid``, ``unbuffer``,
-    ``chronic`` and ``busybox``. A wrapper with nothing to run (bare ``env`` or
-    ``sudo -v``; ``command -v``, which only looks a name up) is itself the program.
+    ``!`` ...) and wrappers with their options are skipped: every program of
+    :data:`bot.permissions.wrappers.WRAPPERS` (``env``, ``sudo``, ``nice``, ``timeout``,
+    ``taskset``, ``flock``, ``chrt``, ``setsid``, ``strace``, ...). A wrapper with
+    nothing to run (bare ``env``, ``sudo -v``, ``taskset -p PID``; ``command -v``,
+    which only looks a name up) is itself the program.
 
     Args:
         words: A segment or its :func:`command_words`; redirections are dropped.
@@ -278,8 +162,22 @@ def unwrap_command(words: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ..
         The wrapper names (normalised with :func:`program_name`) and the effective
         command, whose first word is normalised the same way.
     """
+    levels = command_levels(words)
+    wrappers = tuple(level[0] for level in levels[:-1])
+    return wrappers, levels[-1] if levels[-1] else ()
+
+
+def command_levels(words: Sequence[str]) -> list[tuple[str, ...]]:
+    """Each program a command line starts, outermost first: the wrappers, then the command.
+
+    ``nice -n 5 watch 'rm -rf x'`` gives ``[('nice', '-n', '5', 'watch', 'rm -rf x'),
+    ('watch', 'rm -rf x'), ('rm -rf x',)]``; the first word of each is normalised with
+    :func:`program_name`. The last one is the effective command (empty when there is
+    none); a checker that looks for shell code given as a word (`watch`'s) looks at
+    every level.
+    """
     remaining = command_words(words)
-    wrappers: list[str] = []
+    levels: list[tuple[str, ...]] = []
     # Each round drops at least the wrapper's own word, so this always ends.
     while True:
         while remaining and (ASSIGNMENT_RE.match(remaining[0]) or remaining[0] in _RESERVED_WORDS):
@@ -287,17 +185,14 @@ def unwrap_command(words: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ..
         if not remaining:
             break
         name = program_name(remaining[0])
-        handler = _WRAPPERS.get(name)
-        if handler is None:
-            break
-        wrapped = handler(remaining[1:])
+        handler = WRAPPERS.get(name)
+        wrapped = handler(remaining[1:]) if handler is not None else None
         if not wrapped:
             break
-        wrappers.append(name)
+        levels.append((name, *remaining[1:]))
         remaining = wrapped
-    if remaining:
-        remaining = (program_name(remaining[0]), *remaining[1:])
-    return tuple(wrappers), remaining
+    levels.append((program_name(remaining[0]), *remaining[1:]) if remaining else ())
+    return levels
 
 
 def effective_command(words: Sequence[str]) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from bot.permissions.danger_patterns import shown_text
+from bot.permissions.deadline import check_deadline
 from bot.permissions.git_danger import PathExists
 from bot.permissions.shell_words import (
     SHELL_PROGRAMS,
@@ -75,6 +76,18 @@ class CommandContext:
     via: NestedKind | None  # how it was reached, None at the top level
     parent: CommandContext | None
     path_exists: PathExists | None = None  # whether a workspace path exists
+    # It gets more arguments than its words (what `xargs` reads and appends).
+    open_ended: bool = False
+
+    @property
+    def in_tail(self) -> bool:
+        """Whether it was reached through a tail: a program Baton cannot read may run it."""
+        context: CommandContext | None = self
+        while context is not None:
+            if context.via == "tail":
+                return True
+            context = context.parent
+        return False
 
     @property
     def program(self) -> str:
@@ -89,17 +102,22 @@ class CommandContext:
     @property
     def shown(self) -> str:
         """The command as shown to the approver; `find`/`xargs` show the whole thing."""
-        if self.via == "exec" and self.parent is not None:
+        if self.via in ("exec", "tail") and self.parent is not None:
             return self.parent.shown
         return show_words(self.words or self.command.words)
 
 
 def command_contexts(
-    script: Script, *, via: NestedKind | None, parent: CommandContext | None
+    script: Script,
+    *,
+    via: NestedKind | None,
+    parent: CommandContext | None,
+    open_ended: bool = False,
 ) -> Iterator[CommandContext]:
     """Every simple command of a script, each followed by those nested in it."""
     for pipeline in script.pipelines:
         for index, command in enumerate(pipeline):
+            check_deadline()
             words = command_words(command.words)
             wrappers, argv = unwrap_command(words)
             context = CommandContext(
@@ -111,10 +129,13 @@ def command_contexts(
                 index=index,
                 via=via,
                 parent=parent,
+                open_ended=open_ended,
             )
             yield context
             for nested in command.nested:
-                yield from command_contexts(nested.script, via=nested.kind, parent=context)
+                yield from command_contexts(
+                    nested.script, via=nested.kind, parent=context, open_ended=nested.open_ended
+                )
 
 
 def show_words(words: Sequence[str]) -> str:

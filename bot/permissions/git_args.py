@@ -189,6 +189,8 @@ def _subcommand_problem(sub: str, args: tuple[str, ...]) -> str | None:
         _has_long(args, "--config", "--template") or (sub == "clone" and "c" in letters)
     ):
         return f"git {sub} --config/--template can install hooks or commands that git runs"
+    if program := _configured_program(sub, args):
+        return program
     if sub == "config" and not _config_reads_only(args):
         return "git config that changes settings can make git run any program"
     if sub == "grep" and ("O" in letters or _has_long(args, "--open-files-in-pager")):
@@ -206,6 +208,25 @@ def _subcommand_problem(sub: str, args: tuple[str, ...]) -> str | None:
     if secret := _secret_read_problem(sub, args):
         return secret
     return git_write_problem(sub, args)
+
+
+def _configured_program(sub: str, args: Sequence[str]) -> str | None:
+    """Why ``git SUB ARGS`` runs a program the configuration names, or None.
+
+    ``--ext-diff`` runs the external diff driver, ``--textconv`` (and ``cat-file
+    --filters``) the conversion filters: programs that ``.gitattributes``, which any
+    command may write, assigns to files. Abbreviations count as git reads them
+    (``--ext``, ``--textc``), while ``--text`` stays ``--text``.
+    """
+    for word in _options(args):
+        written = word.split("=", 1)[0]
+        if written.startswith("--ext") and "--ext-diff".startswith(written):
+            return f"git {sub} --ext-diff runs the external diff program git is configured with"
+        if written.startswith("--textc") and "--textconv".startswith(written):
+            return f"git {sub} --textconv runs the text conversion programs git is configured with"
+    if sub == "cat-file" and _has_long(args, "--filters"):
+        return "git cat-file --filters runs the filter programs git is configured with"
+    return None
 
 
 def _config_reads_only(args: Sequence[str]) -> bool:

@@ -2,36 +2,35 @@
 
 from __future__ import annotations
 
-import fnmatch
+import asyncio
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from bot.engine.hooks import HookDecision, ToolInvocation
 from bot.errors import WorkspaceError
+from bot.permissions.command_spellings import CommandSpellings, command_spellings
 from bot.permissions.danger import DangerMatch, find_command_danger, find_path_danger
-from bot.permissions.git_args import git_allow_problem, split_git
+from bot.permissions.deadline import JudgingTooLong, judging_until
+from bot.permissions.git_args import git_allow_problem
+from bot.permissions.limits import size_problem
+from bot.permissions.path_denies import path_denial
 from bot.permissions.plain import plain_commands
+from bot.permissions.programs import allow_problem
+from bot.permissions.protected_words import protected_words
 from bot.permissions.rules import PermissionRules, Rule
-from bot.permissions.shell_words import (
-    CommandParseError,
-    command_words,
-    effective_command,
-    redirect_targets,
-    split_segments,
-)
+from bot.permissions.wrappers import HARMLESS_WRAPPERS, WRAPPERS
 from bot.tools.base import Tool
-from bot.tools.workspace import PROTECTED_DIR, PROTECTED_MESSAGE, Workspace
+from bot.tools.workspace import PROTECTED_MESSAGE, Workspace
 
 # File tools whose object is one file's content; grep skips hard-linked files itself.
 HARD_LINK_TOOLS = frozenset({"read_file", "write_file", "edit_file"})
 
-# Programs that only read: naming a protected path in them is harmless.
-READ_ONLY_PROGRAMS = frozenset(
-    {"cat", "ls", "head", "tail", "less", "more", "grep", "rg", "wc", "stat", "file", "diff",
-     "tree", "du", "md5sum", "sha256sum", "shasum", "echo", "printf", "test", "["}
-)  # fmt: skip
+JUDGE_SECONDS = 2.0
+"""How long judging one call may take before it asks a person instead."""
+TOO_COMPLEX = "too complex to judge automatically"
 
 
 class PermissionHook:
@@ -43,11 +42,27 @@ class PermissionHook:
     pattern, a bare ask rule, a bare allow rule; otherwise read-only tools are allowed
     and the rest ask. An allow rule with a pattern approves a `bash` command only when
     it is made of plain literal commands (:func:`plain_commands`), each naming the
-    rule's program exactly, and git calls that cannot run programs or write elsewhere.
+    rule's program exactly (or through a wrapper that only changes how it is
+    scheduled, such as ``taskset``), and each known to only read by its program's
+    model (:mod:`bot.permissions.programs`; git's is :mod:`bot.permissions.git_args`).
+
+    Deny rules, danger patterns and per-rule approvers see every part of a command and
+    the programs it really runs, through wrappers (``taskset``, ``flock``, ``script
+    -c``, ``trap`` ...); the parts a program Baton cannot read may run (its tails) make
+    a matching deny rule ask. A deny rule on a file tool holds for the files a command
+    names (:mod:`bot.permissions.path_denies`).
+
+    Judging runs off the event loop with a deadline (:data:`JUDGE_SECONDS`): a call too
+    large or too complex to judge in time asks a person.
     """
 
     def __init__(
-        self, rules: PermissionRules, workspace: Workspace, *, sandboxed: bool = True
+        self,
+        rules: PermissionRules,
+        workspace: Workspace,
+        *,
+        sandboxed: bool = True,
+        judge_seconds: float = JUDGE_SECONDS,
     ) -> None:
         """Hold the rules for one workspace.
 
@@ -56,14 +71,31 @@ class PermissionHook:
             workspace: The workspace the tools work in (protected and private files).
             sandboxed: False when no OS sandbox could be made: then every `bash` call
                 asks, whatever `allow` says, since nothing would contain it.
+            judge_seconds: How long judging one call may take on its worker thread.
         """
         self.rules = rules
         self.workspace = workspace
         self.sandboxed = sandboxed
+        self.judge_seconds = judge_seconds
         self.may_write_files = _bare_allows(rules, "write_file")
 
     async def __call__(self, invocation: ToolInvocation) -> HookDecision:
-        return self.check(invocation.tool, invocation.arguments)
+        """Judge a call on a worker thread, so no command, however large, holds the bot.
+
+        The thread works under a deadline it checks as it goes (:mod:`.deadline`); should
+        it still not answer a little after, the call asks all the same.
+        """
+        tool, arguments = invocation.tool, invocation.arguments
+        deadline = time.monotonic() + self.judge_seconds
+
+        def judge() -> HookDecision:
+            with judging_until(deadline):
+                return self.check(tool, arguments)
+
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(judge), self.judge_seconds + 1.0)
+        except TimeoutError:
+            return self._too_complex(tool, f"judging it took over {self.judge_seconds:g} s")
 
     def check(self, tool: Tool, arguments: object) -> HookDecision:
         """Decide one call; an ask carries the approver sets of every ask rule matching it.
@@ -74,10 +106,20 @@ class PermissionHook:
         """
         if tool.control:
             return HookDecision.allow("one of Baton's own control tools")
-        value = _main_value(tool, arguments)
+        try:
+            return self._check(tool, _main_value(tool, arguments))
+        except JudgingTooLong:
+            return self._too_complex(tool, f"judging it took over {self.judge_seconds:g} s")
+
+    def _check(self, tool: Tool, value: str | None) -> HookDecision:
+        extended: list[str] = []
         if tool.argument_kind == "command" and value is not None:
-            every = self._command_spellings(value)
-            decision = self._check_command(tool, value, every)
+            if problem := size_problem(value):
+                return self._too_complex(tool, problem)
+            spellings = command_spellings(value)
+            every = spellings.all()
+            extended = spellings.extended
+            decision = self._check_command(tool, value, spellings)
         elif value is None or tool.argument_kind != "path":
             every = [value] if value else []
             decision = self._decide(tool, every=every, exact=every)
@@ -87,19 +129,36 @@ class PermissionHook:
             decision = self._check_path(tool, value, resolved, every)
         if decision.action != "ask":
             return decision
-        approver_sets = self._approver_sets(tool, every)
+        approver_sets = self._approver_sets(tool, every, extended)
         return replace(decision, approver_sets=approver_sets) if approver_sets else decision
 
-    def _approver_sets(self, tool: Tool, every: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    def _too_complex(self, tool: Tool, why: str) -> HookDecision:
+        """Ask a person about a call not judged; every rule's approvers hold, since any might."""
+        sets = tuple(
+            dict.fromkeys(
+                rule.approvers
+                for rule in self.rules.ask
+                if rule.approvers and rule.tool == tool.name
+            )
+        )
+        return HookDecision.ask(f"{TOO_COMPLEX}: {why}", risk="too-complex", approver_sets=sets)
+
+    def _approver_sets(
+        self, tool: Tool, every: Sequence[str], extended: Sequence[str] = ()
+    ) -> tuple[tuple[str, ...], ...]:
         """The approvers of each ask rule that names some and matches any spelling of the call.
 
-        For a command, its parts are among the spellings, so every part's rule counts.
+        For a command, its parts are among the spellings (those a wrapper or an unknown
+        program runs too), so every part's rule counts.
         """
         sets: list[tuple[str, ...]] = []
         for rule in self.rules.ask:
-            if rule.approvers and rule.matches(tool.name, every, tool.argument_kind):
-                if rule.approvers not in sets:
-                    sets.append(rule.approvers)
+            if not rule.approvers or rule.approvers in sets:
+                continue
+            if rule.matches(tool.name, every, tool.argument_kind) or any(
+                rule.matches_extended(tool.name, text) for text in extended
+            ):
+                sets.append(rule.approvers)
         return tuple(sets)
 
     def _exact_paths(self, resolved: Path | None) -> list[str]:
@@ -157,29 +216,15 @@ class PermissionHook:
         except WorkspaceError:
             return None
 
-    def _command_spellings(self, command: str) -> list[str]:
-        """The command, each part as written, and as the program it really runs.
-
-        `/bin/rm`, `env rm`, `then rm` all run rm, so a deny rule cannot be stepped around.
-        """
-        try:
-            parsed = split_segments(command)
-        except CommandParseError:
-            parsed = []
-        written = [" ".join(command_words(s)) for s in parsed]
-        effective = [_effective_text(s) for s in parsed]
-        git = [text for text in map(_without_git_globals, parsed) if text]
-        return list(dict.fromkeys([command, *written, *effective, *git]))
-
-    def _check_command(self, tool: Tool, command: str, every: list[str]) -> HookDecision:
-        if denied := _first_match(self.rules.deny, tool, every):
-            return HookDecision.deny(f"the rule deny: {denied.text} forbids it")
-        denial, concern = self._protected_words(command)
+    def _check_command(self, tool: Tool, command: str, spellings: CommandSpellings) -> HookDecision:
+        if denied := self._denied(tool, spellings):
+            return denied
+        denial, concern = protected_words(spellings.contexts, self.workspace)
         if denial is not None:
             return HookDecision.deny(denial)
         danger = find_command_danger(command, path_exists=self._path_exists)
         if danger is None:
-            danger = concern
+            danger = concern or self._doubtful_denial(tool, spellings)
         elif concern is not None:
             danger = DangerMatch(
                 pattern=danger.pattern, reason=f"{danger.reason} Also, {concern.reason}"
@@ -192,8 +237,8 @@ class PermissionHook:
             return HookDecision.ask(reason, risk=danger.pattern if danger else "unsandboxed")
         if danger is not None:
             return HookDecision.ask(danger.reason, risk=danger.pattern)
-        if asked := _first_match(_with_pattern(self.rules.ask), tool, every):
-            return HookDecision.ask(f"the rule ask: {asked.text} matches it")
+        if asked := self._asked(tool, spellings):
+            return asked
         allowed, problem = self._allowed_by_pattern(tool, command)
         if allowed is not None:
             return allowed
@@ -203,13 +248,67 @@ class PermissionHook:
             return HookDecision.ask(problem)
         return self._default(tool)
 
+    def _denied(self, tool: Tool, spellings: CommandSpellings) -> HookDecision | None:
+        """A deny rule matching what surely runs, or a file-tool deny naming its files."""
+        if denied := _first_match(self.rules.deny, tool, spellings.exact):
+            return HookDecision.deny(f"the rule deny: {denied.text} forbids it")
+        for text in spellings.extended:
+            if denied := next(
+                (r for r in self.rules.deny if r.matches_extended(tool.name, text)), None
+            ):
+                return HookDecision.deny(
+                    f"the rule deny: {denied.text} forbids it (`{text}` runs with arguments "
+                    "read from its input)"
+                )
+        found = path_denial(
+            spellings.contexts,
+            self.rules.deny,
+            root=str(self.workspace.root),
+            spellings=self._word_spellings,
+        )
+        if found is None:
+            return None
+        if found.certain:
+            return HookDecision.deny(
+                f"the rule deny: {found.rule.text} forbids it ({found.word!r} is named)"
+            )
+        return HookDecision.ask(
+            f"{found.word!r} may name a file the rule deny: {found.rule.text} forbids",
+            risk="deny-rule-path",
+        )
+
+    def _doubtful_denial(self, tool: Tool, spellings: CommandSpellings) -> DangerMatch | None:
+        """A deny rule matching a part an unknown program may run: a person decides."""
+        for text, holder in spellings.doubtful:
+            if denied := _first_match(self.rules.deny, tool, [text]):
+                return DangerMatch(
+                    pattern="deny-rule-tail",
+                    reason=f"{holder} may run `{text}`, which the rule deny: {denied.text} "
+                    "forbids; Baton does not know whether it does.",
+                )
+        return None
+
+    def _asked(self, tool: Tool, spellings: CommandSpellings) -> HookDecision | None:
+        rules = _with_pattern(self.rules.ask)
+        if asked := _first_match(rules, tool, spellings.all()):
+            return HookDecision.ask(f"the rule ask: {asked.text} matches it")
+        for text in spellings.extended:
+            if asked := next((r for r in rules if r.matches_extended(tool.name, text)), None):
+                return HookDecision.ask(f"the rule ask: {asked.text} matches it")
+        return None
+
+    def _word_spellings(self, word: str) -> list[str]:
+        """A command word naming a path: as written, normalised, and what it really is."""
+        return _path_spellings(word, self._exact_paths(self._resolved(word)))
+
     def _allowed_by_pattern(
         self, tool: Tool, command: str
     ) -> tuple[HookDecision | None, str | None]:
         """An allow decision from rules with a pattern, or why they cannot give one.
 
-        Every command must be plain and literal, and named exactly by some rule; a
-        compound command is allowed only when every part is, so an allow rule for
+        Every command must be plain and literal, named exactly by some rule (directly
+        or through harmless wrappers), and known to only read by its program's model;
+        a compound command is allowed only when every part is, so an allow rule for
         `git status*` does not let `git status && curl ...` or `git status > f` through.
         """
         rules = [rule for rule in _with_pattern(self.rules.allow) if rule.tool == tool.name]
@@ -223,16 +322,15 @@ class PermissionHook:
             )
         names: list[str] = []
         for argv in commands:
-            rule = next((r for r in rules if r.matches_argv(tool.name, argv)), None)
-            if rule is None:
+            found = _matching_rule(rules, tool.name, argv)
+            if found is None:
                 return None, None
-            if argv[0] == "git" and (
-                problem := git_allow_problem(argv[1:], may_write_files=self.may_write_files)
-            ):
-                return None, problem
-            if secret := self._secret_target(argv[1:]):
+            rule, judged = found
+            if problem := self._allow_problem(judged):
+                return None, f"{problem}, so the rule allow: {rule.text} does not vouch for it"
+            if secret := self._secret_target(judged[1:]):
                 return None, secret
-            if linked := self._hard_linked_word(argv[1:]):
+            if linked := self._hard_linked_word(judged[1:]):
                 # The sandbox cannot tell a second name of an outside file from a
                 # workspace file; read_file asks for it, so `cat` does too.
                 return None, (
@@ -242,6 +340,11 @@ class PermissionHook:
             names.append(rule.text)
         listed = ", ".join(sorted(set(names)))
         return HookDecision.allow(f"the rule allow: {listed} matches it"), None
+
+    def _allow_problem(self, argv: tuple[str, ...]) -> str | None:
+        if argv[0] == "git":
+            return git_allow_problem(argv[1:], may_write_files=self.may_write_files)
+        return allow_problem(argv)
 
     def _hard_linked_word(self, words: Sequence[str]) -> str | None:
         """The first word naming a workspace file with more than one hard link."""
@@ -289,75 +392,6 @@ class PermissionHook:
         except (OSError, ValueError):
             return True  # cannot tell: count it as a path, which asks more
 
-    def _protected_words(self, command: str) -> tuple[str | None, DangerMatch | None]:
-        """Refuse commands naming Baton's database or writing its config or `.baton/`.
-
-        This reads the command's words, so it stops plain attempts (`rm -r .baton`,
-        `echo x > baton.yaml`); the file tools enforce the same rule by path. A literal
-        name is refused; a glob that may match one of those files (`ls *`) only asks: a
-        person can see what it matches, and the sandbox masks those files anyway.
-
-        Returns:
-            Why the command is refused (or None), and else why a person should look.
-        """
-        try:
-            segments = split_segments(command)
-        except CommandParseError:
-            return None, None
-        concern: DangerMatch | None = None
-        for segment in segments:
-            words = command_words(segment)
-            program = effective_command(words)
-            name = PurePosixPath(program[0]).name if program else ""
-            targets = redirect_targets(segment)
-            writes = name not in READ_ONLY_PROGRAMS
-            for word in (*words, *targets):
-                named = self._named_files(word, self.workspace.private_files)
-                if writes or word in targets:
-                    named += self._named_files(word, self.workspace.protected_files)
-                    if PROTECTED_DIR in PurePosixPath(word).parts:
-                        return _protected_denial(word), None
-                exact = [path for path, glob in named if not glob]
-                if exact:
-                    path = exact[0]
-                    if path in self.workspace.private_files:
-                        return f"{word!r} is Baton's {self._label(path)}; no tool may use it", None
-                    return _protected_denial(word), None
-                if named and concern is None:
-                    labels = " and ".join(
-                        dict.fromkeys(f"{self._label(p)} ({p.name})" for p, _ in named)
-                    )
-                    concern = DangerMatch(
-                        pattern="baton-file-glob",
-                        reason=f"{word!r} may match Baton's {labels}: a person should check "
-                        "what it expands to.",
-                    )
-        return None, concern
-
-    def _label(self, path: Path) -> str:
-        """What a private or protected file is to Baton, as the approver should read it."""
-        return "configuration" if path in self.workspace.protected_files else "database"
-
-    def _named_files(self, word: str, files: frozenset[Path]) -> list[tuple[Path, bool]]:
-        """The files ``word`` names, each with True when only a glob in it matches."""
-        found: list[tuple[Path, bool]] = []
-        for path in sorted(files):
-            if word == str(path):
-                found.append((path, False))
-                continue
-            if PurePosixPath(word).name == path.name:
-                candidate = Path(word) if os.path.isabs(word) else self.workspace.root / word
-                if os.path.realpath(candidate) == str(path):
-                    found.append((path, False))
-                    continue
-            if _globs(word) and fnmatch.fnmatchcase(path.name, PurePosixPath(word).name):
-                # `cat baton.d?`: bash would expand the glob to the file
-                parent = str(PurePosixPath(word).parent)
-                folder = Path(parent) if os.path.isabs(parent) else self.workspace.root / parent
-                if os.path.realpath(folder) == str(path.parent):
-                    found.append((path, True))
-        return found
-
 
 def _path_spellings(value: str, exact: list[str]) -> list[str]:
     """Every spelling of a path: as written, normalised, and what it really is.
@@ -376,14 +410,6 @@ def _path_operands(words: Sequence[str]) -> Iterator[str]:
             yield value
 
 
-def _protected_denial(word: str) -> str:
-    return f"{word!r} {PROTECTED_MESSAGE}"
-
-
-def _globs(word: str) -> bool:
-    return any(char in word for char in "*?[")
-
-
 def _bare_allows(rules: PermissionRules, tool_name: str) -> bool:
     """Whether a bare allow rule lets ``tool_name`` through, no bare ask or deny overriding it."""
     if any(rule.tool == tool_name for rule in _bare(rules.deny) + _bare(rules.ask)):
@@ -399,26 +425,25 @@ def _bare(rules: Sequence[Rule]) -> list[Rule]:
     return [rule for rule in rules if rule.pattern is None]
 
 
-def _effective_text(segment: Sequence[str]) -> str:
-    program = effective_command(command_words(segment))
-    if not program:
-        return ""
-    return " ".join([PurePosixPath(program[0]).name.lstrip("\\"), *program[1:]])
+def _matching_rule(
+    rules: Sequence[Rule], tool: str, argv: tuple[str, ...]
+) -> tuple[Rule, tuple[str, ...]] | None:
+    """The allow rule naming ``argv``'s program, and the words that program gets.
 
-
-def _without_git_globals(segment: Sequence[str]) -> str:
-    """`git -C . -c x=y push` as `git push`: what rules on git subcommands must see.
-
-    Only for matching deny and ask rules (more matches, never fewer); allow rules read
-    the whole command, and git's global options keep them from approving it.
+    ``taskset -c 0 ls -la`` is judged as ``ls -la`` by ``bash(ls*)``: the harmless
+    wrappers (:data:`HARMLESS_WRAPPERS`) only change when or how fast it runs. The
+    wrapped program is compared as written, like any other: ``nice /bin/ls`` is not ``ls``.
     """
-    program = effective_command(command_words(segment))
-    if len(program) < 2 or PurePosixPath(program[0]).name.lstrip("\\") != "git":
-        return ""
-    call = split_git(program[1:])
-    if not call.globals or not call.subcommand:
-        return ""
-    return " ".join(["git", call.subcommand, *call.args])
+    levels = [argv]
+    while levels[-1][0] in HARMLESS_WRAPPERS:
+        wrapped = WRAPPERS[levels[-1][0]](levels[-1][1:])
+        if not wrapped:
+            break
+        levels.append(tuple(wrapped))
+    for level in reversed(levels):  # the program that really runs, if a rule names it
+        if rule := next((r for r in rules if r.matches_argv(tool, level)), None):
+            return rule, level
+    return None
 
 
 def _main_value(tool: Tool, arguments: object) -> str | None:

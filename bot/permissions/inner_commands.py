@@ -1,7 +1,7 @@
-"""Find the code a command runs from its arguments: ``sh -c``, ``su -c``, ``xargs``, ``find -exec``.
+"""Find the code a command runs from its arguments: ``sh -c``, ``xargs``, ``find -exec``.
 
 These read one program's argument list, already split into words, and find the code
-hidden in it: the script of ``sh -c SCRIPT`` or ``su -c SCRIPT``, the command of
+hidden in it: the script of ``sh -c SCRIPT``, the command of
 ``xargs CMD`` and of each ``find -exec CMD ;``. :mod:`bot.permissions.shell_words`
 parses what they find, so the checks see those commands as well.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bot.permissions.argv import skip_options
+from bot.permissions.options import skip_options
 
-__all__ = ["find_exec_commands", "shell_script_argument", "su_script_argument", "xargs_command"]
+__all__ = ["find_exec_commands", "shell_script_argument", "xargs_command"]
 
 
 def shell_script_argument(args: Sequence[str]) -> str | None:
@@ -34,16 +34,6 @@ def shell_script_argument(args: Sequence[str]) -> str | None:
             return arg if has_c else None
     if has_c and index < len(args):
         return args[index]
-    return None
-
-
-def su_script_argument(args: Sequence[str]) -> str | None:
-    """The script of ``su -c SCRIPT`` (or ``--command``), or None."""
-    for index, arg in enumerate(args):
-        if arg in ("-c", "--command") and index + 1 < len(args):
-            return args[index + 1]
-        if arg.startswith("--command="):
-            return arg.split("=", 1)[1]
     return None
 
 

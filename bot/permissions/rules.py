@@ -46,6 +46,41 @@ def glob_to_regex(pattern: str, kind: ArgumentKind) -> re.Pattern[str]:
     return re.compile("".join(out), re.DOTALL)
 
 
+def _glob_accepts_prefix(pattern: str, prefix: str) -> bool:
+    """Whether some text starting with ``prefix`` matches the command glob ``pattern``.
+
+    The glob's states are followed through ``prefix`` (``*`` any run, ``?`` one
+    character, the rest literal); any state still alive can be completed.
+    """
+    states = _closure(pattern, {0})
+    for char in prefix:
+        following: set[int] = set()
+        for state in states:
+            if state >= len(pattern):
+                continue
+            token = pattern[state]
+            if token == "*":
+                following.add(state)
+            elif token == "?" or token == char:
+                following.add(state + 1)
+        states = _closure(pattern, following)
+        if not states:
+            return False
+    return True
+
+
+def _closure(pattern: str, states: set[int]) -> set[int]:
+    """``states`` plus the positions reached by letting a ``*`` match nothing."""
+    found = set(states)
+    pending = list(states)
+    while pending:
+        state = pending.pop()
+        if state < len(pattern) and pattern[state] == "*" and state + 1 not in found:
+            found.add(state + 1)
+            pending.append(state + 1)
+    return found
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rule:
     """One rule: a tool name and, optionally, a glob its main argument must match."""
@@ -95,6 +130,21 @@ class Rule:
             return True
         regex = glob_to_regex(self.pattern, kind)
         return any(regex.fullmatch(value) for value in values)
+
+    def matches_extended(self, tool: str, words: str) -> bool:
+        """Whether this command rule covers ``words`` followed by any further arguments.
+
+        For a command that gets arguments nobody has seen: ``xargs rm`` runs ``rm``
+        with whatever it reads, so ``bash(rm *)`` and ``bash(rm -rf *)`` cover it (its
+        input may start with ``-rf``), while ``bash(rmdir *)`` does not.
+        """
+        if not name_matches(self.tool, tool):
+            return False
+        if self.pattern is None:
+            return True
+        if glob_to_regex(self.pattern, "command").fullmatch(words):
+            return True
+        return _glob_accepts_prefix(self.pattern, words + " ")
 
     def matches_argv(self, tool: str, argv: Sequence[str]) -> bool:
         """Whether this command rule, which has a pattern, covers one plain command.

@@ -7,10 +7,12 @@ grammar (tree-sitter-bash, see :mod:`bot.permissions.bash_tree`) and turns the t
 into pipelines of simple commands (tuples of words, quotes removed), exposing the
 commands hidden inside other commands so they are checked too: ``$(...)``,
 backticks, ``<(...)``, subshells and ``{ ...; }`` groups, ``if``/``for``/``while``/
-``case`` bodies, functions, ``sh -c``, ``eval``, ``xargs``, ``find -exec`` and
-here-documents or here-strings fed to a shell.
-Which arguments of ``sh -c``, ``su -c``, ``xargs`` and ``find -exec`` hold the
-inner command is read by :mod:`bot.permissions.inner_commands`.
+``case`` bodies, functions, ``sh -c``, ``eval``, ``xargs``, ``find -exec``,
+here-documents or here-strings fed to a shell, and the shell code of ``script -c``,
+``flock -c``, ``su -c``, ``sg``, ``watch``, ``trap`` and ``coproc``.
+Which arguments of ``sh -c``, ``xargs`` and ``find -exec`` hold the inner command is
+read by :mod:`bot.permissions.inner_commands`; the other programs that run commands,
+by :mod:`bot.permissions.wrappers`.
 
 Whatever the grammar rejects, or what is too large or too deeply nested, raises
 :class:`CommandParseError`; callers treat that as "a human has to look at this".
@@ -18,6 +20,7 @@ Whatever the grammar rejects, or what is too large or too deeply nested, raises
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -28,6 +31,7 @@ from bot.permissions.argv import (
     REDIRECT_RE,
     SHELL_PROGRAMS,
     LiteralWord,
+    command_levels,
     command_words,
     effective_command,
     program_name,
@@ -43,12 +47,14 @@ from bot.permissions.bash_tree import (
     unescape_double_quoted,
     unescape_unquoted,
 )
+from bot.permissions.command_names import NON_RUNNERS, is_command_name
+from bot.permissions.deadline import check_deadline
 from bot.permissions.inner_commands import (
     find_exec_commands,
     shell_script_argument,
-    su_script_argument,
     xargs_command,
 )
+from bot.permissions.wrappers import wrapper_script
 
 __all__ = [
     "SHELL_PROGRAMS",
@@ -70,7 +76,7 @@ __all__ = [
     "word_text",
 ]
 
-NestedKind = Literal["substitution", "process", "group", "script", "exec"]
+NestedKind = Literal["substitution", "process", "group", "script", "exec", "tail"]
 """How a nested script is reached from the command that holds it.
 
 * ``substitution``: ``$(...)`` or backticks; its output becomes words.
@@ -80,6 +86,8 @@ NestedKind = Literal["substitution", "process", "group", "script", "exec"]
 * ``script``: text run as shell code (``sh -c``, ``eval``, a here-document or
   here-string given to a shell).
 * ``exec``: a command run by another program (``xargs CMD``, ``find -exec CMD``).
+* ``tail``: the words of a program Baton has no reading of, from one that names a
+  command on (``docker run IMAGE rm -rf /`` holds ``rm -rf /``): it may run them.
 """
 
 
@@ -106,6 +114,8 @@ class NestedScript:
 
     kind: NestedKind
     script: Script
+    # The command gets more arguments than its words: what `xargs` reads from its input.
+    open_ended: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,6 +154,7 @@ class _Budget:
         self.remaining -= amount
         if self.remaining < 0:
             raise CommandParseError("the command is too complex to check")
+        check_deadline()
 
 
 @dataclass(slots=True)
@@ -477,10 +488,16 @@ def _parse(text: str, budget: _Budget, level: int) -> Script:
 
 
 def _derived_scripts(
-    words: Sequence[str], heredocs: Sequence[str], budget: _Budget, level: int
+    words: Sequence[str],
+    heredocs: Sequence[str],
+    budget: _Budget,
+    level: int,
+    *,
+    tails: bool = True,
 ) -> list[NestedScript]:
     """Scripts a command runs from its arguments: ``sh -c``, ``eval``, ``xargs``..."""
-    _, command = unwrap_command(words)
+    levels = command_levels(words)
+    command = levels[-1]
     if not command:
         return []
     program, args = command[0], command[1:]
@@ -488,13 +505,16 @@ def _derived_scripts(
     def script(text: str) -> NestedScript:
         return NestedScript(kind="script", script=_parse(text, budget, level + 1))
 
-    def run(argv: Sequence[str]) -> NestedScript:
+    def run(
+        argv: Sequence[str], kind: NestedKind = "exec", *, open_ended: bool = False
+    ) -> NestedScript:
         if level + 1 > _MAX_NESTING:
             raise CommandParseError("commands are nested too deeply to check")
-        budget.spend(1)
-        nested = _derived_scripts(argv, (), budget, level + 1)
+        budget.spend(len(argv))
+        nested = _derived_scripts(argv, (), budget, level + 1, tails=kind != "tail")
         inner = SimpleCommand(words=tuple(argv), nested=tuple(nested))
-        return NestedScript(kind="exec", script=Script(pipelines=((inner,),)))
+        script = Script(pipelines=((inner,),))
+        return NestedScript(kind=kind, script=script, open_ended=open_ended)
 
     if program in SHELL_PROGRAMS:
         text = shell_script_argument(args)
@@ -503,16 +523,21 @@ def _derived_scripts(
         found = [script(body) for body in heredocs]
         found += [script(target) for op, target in redirections(words) if op == "<<<"]
         return found
-    if program == "su":
-        text = su_script_argument(args)
-        return [script(text)] if text is not None else []
+    # script -c, flock -c, su -c, sg, watch, trap, coproc: at whatever level they run.
+    texts = [text for name, *rest in levels if (text := wrapper_script(name, tuple(rest)))]
+    if texts:
+        return [script(text) for text in texts]
     if program == "eval" and args:
         return [script(" ".join(args))]
     if program == "xargs":
-        return [run(xargs_command(args))]
+        return [run(xargs_command(args), open_ended=True)]
     if program == "find":
         return [run(argv) for argv in find_exec_commands(args) if argv]
-    return []
+    if not tails or program in NON_RUNNERS or program in SHELL_PROGRAMS:
+        return []
+    # A program of unknown habits may run any of its tails that names a command. (A
+    # tail's own tails are among these already.)
+    return [run(args[i:], "tail") for i in range(len(args)) if is_command_name(args[i])]
 
 
 # --------------------------------------------------------------------------------------
@@ -532,8 +557,24 @@ def parse_command(command: str) -> Script:
         CommandParseError: bash's grammar rejects the command (e.g. an unbalanced quote
             or parenthesis), or it is nested too deeply or too large to analyse.
     """
+    parsed = _parsed(command)
+    if isinstance(parsed, CommandParseError):
+        raise parsed
+    return parsed
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(command: str) -> Script | CommandParseError:
+    """One parse per command line, shared by every check of a call (a Script is immutable).
+
+    A refusal is kept too, so the checks that each try the same unparsable line do not
+    parse it again.
+    """
     budget = _Budget(max(_MIN_BUDGET, len(command) * _BUDGET_PER_CHAR))
-    return _parse(command, budget, 0)
+    try:
+        return _parse(command, budget, 0)
+    except CommandParseError as error:
+        return error
 
 
 def iter_commands(script: Script) -> Iterator[SimpleCommand]:

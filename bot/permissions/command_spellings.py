@@ -1,0 +1,102 @@
+"""The ways a command can be named, for the rules that match it: deny, ask, approvers.
+
+A deny rule ``bash(rm *)`` must match ``rm -rf src`` however it is written:
+``/bin/rm -rf src``, ``taskset -c 0 rm -rf src``, ``sh -c 'rm -rf src'``, ``trap 'rm
+-rf src' EXIT``, ``git -C . push`` for ``bash(git push*)``. :func:`command_spellings`
+reads a command once and sorts every spelling of every simple command in it by how
+sure Baton is that it runs:
+
+* ``exact``: it runs (the command as written, each part as written, each part as the
+  program it really runs through its wrappers, git without its global options);
+* ``extended``: it runs with more arguments than it shows (``xargs rm`` runs ``rm``
+  with what it reads); a rule matches when it could match some completion;
+* ``doubtful``: a program Baton has no reading of may run it (``docker run IMAGE rm
+  -rf /`` holds ``rm -rf /``): a deny rule matching it makes the call ask, not deny.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bot.permissions.bash_tree import CommandParseError
+from bot.permissions.danger_context import CommandContext, command_contexts
+from bot.permissions.git_args import split_git
+from bot.permissions.shell_words import parse_command
+
+__all__ = ["CommandSpellings", "command_spellings"]
+
+
+@dataclass(slots=True)
+class CommandSpellings:
+    """Every spelling of a command's parts, sorted by how sure it is that they run.
+
+    Attributes:
+        exact: Spellings of what runs, the whole command first.
+        extended: Spellings of what runs with arguments not shown.
+        doubtful: Each spelling of what may run, with the command holding it (shown).
+        contexts: Every simple command, nested ones included (empty when unparsable).
+    """
+
+    exact: list[str] = field(default_factory=list)
+    extended: list[str] = field(default_factory=list)
+    doubtful: list[tuple[str, str]] = field(default_factory=list)
+    contexts: list[CommandContext] = field(default_factory=list)
+
+    def all(self) -> list[str]:
+        """Every spelling, whatever its certainty: for rules that may only add questions."""
+        return list(dict.fromkeys([*self.exact, *self.extended, *(s for s, _ in self.doubtful)]))
+
+
+def command_spellings(command: str) -> CommandSpellings:
+    """Read ``command`` and give the spellings of each of its parts.
+
+    A command that cannot be parsed has only itself as a spelling (the danger check
+    makes it ask).
+    """
+    found = CommandSpellings(exact=[command])
+    try:
+        script = parse_command(command)
+    except CommandParseError:
+        return found
+    found.contexts = list(command_contexts(script, via=None, parent=None))
+    for context in found.contexts:
+        texts = [text for text in _texts(context) if text]
+        if context.in_tail:
+            holder = _holder(context)
+            found.doubtful += [(text, holder) for text in texts]
+        elif context.open_ended:
+            found.extended += texts
+        else:
+            found.exact += texts
+    found.exact = list(dict.fromkeys(found.exact))
+    found.extended = list(dict.fromkeys(found.extended))
+    found.doubtful = list(dict.fromkeys(found.doubtful))
+    return found
+
+
+def _texts(context: CommandContext) -> list[str]:
+    """The part as written, as the program it runs, and (for git) without global options."""
+    written = " ".join(context.words)
+    effective = " ".join(context.argv)
+    return [written, effective, _without_git_globals(context.argv)]
+
+
+def _holder(context: CommandContext) -> str:
+    """The command that holds a tail, as the approver should read it."""
+    while context.via == "tail" and context.parent is not None:
+        context = context.parent
+    return context.shown
+
+
+def _without_git_globals(argv: tuple[str, ...]) -> str:
+    """`git -C . -c x=y push` as `git push`: what rules on git subcommands must see.
+
+    Only for matching deny and ask rules (more matches, never fewer); allow rules read
+    the whole command, and git's global options keep them from approving it.
+    """
+    if len(argv) < 2 or argv[0] != "git":
+        return ""
+    call = split_git(argv[1:])
+    if not call.globals or not call.subcommand:
+        return ""
+    return " ".join(["git", call.subcommand, *call.args])
