@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from bot.store.tasks import TaskRecord, TaskStore
 from bot.store.usage import UsageStore
 from bot.subagents import BUILTIN_AGENTS, AgentRegistry, SubAgentRunner, TaskTracker
 from bot.subagents.branches import discard_branch, merge_branch
+from bot.subagents.worktree import ProtectedFile
 from bot.tools import ToolRegistry, Workspace
 
 logger = logging.getLogger(__name__)
@@ -65,6 +67,8 @@ class Baton:
     budgets: DailyBudgets
     # The MCP servers of `mcp_servers`, connecting in the background from the start.
     mcp: McpServers
+    # Baton's config and database files: no branch that changes one is merged.
+    protected_files: tuple[ProtectedFile, ...]
     heartbeat: asyncio.Task[None] | None = None
 
     def site_for(self, channel_id: str | None) -> Site:
@@ -101,7 +105,9 @@ class Baton:
         if task is None:
             return f"There is no task `{task_id}`."
         root = self.site_for(task.channel_id).root
-        return await merge_branch(self.tracker, task, root=root, by=by)
+        return await merge_branch(
+            self.tracker, task, root=root, by=by, protected=self.protected_files
+        )
 
     async def discard_task(self, task_id: str, *, by: str) -> str:
         """Delete an isolated task's branch and its work; what happened."""
@@ -210,6 +216,16 @@ def sqlite_files(url: URL) -> list[Path]:
     return list(sqlite_companions(Path(url.database).expanduser().resolve()))
 
 
+def protected_files(
+    config_files: Sequence[Path], database_files: Sequence[Path]
+) -> tuple[ProtectedFile, ...]:
+    """Baton's own files as Merge names them when a branch would change one."""
+    return (
+        *(ProtectedFile(path=path, what="Baton's configuration") for path in config_files),
+        *(ProtectedFile(path=path, what="Baton's database") for path in database_files),
+    )
+
+
 def build_agent_registry(settings: Settings, workspace: Path | None = None) -> AgentRegistry:
     """Agent files from `<workspace>/.baton/agents`, then `agent_dirs`, then built-ins.
 
@@ -302,4 +318,5 @@ async def build_baton(settings: Settings) -> Baton:
         usage=(usage := UsageStore(database)),
         budgets=DailyBudgets(usage, settings.limits, settings.prices),
         mcp=mcp,
+        protected_files=protected_files(config_files, database_files),
     )

@@ -8,6 +8,7 @@ pending when the merge could not be made (a conflict, local changes in the way).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from bot.store.tasks import TaskRecord
@@ -32,8 +33,19 @@ def branch_problem(task: TaskRecord) -> str | None:
     return None
 
 
-async def merge_branch(tracker: TaskTracker, task: TaskRecord, *, root: Path, by: str) -> str:
-    """Merge the task's branch into `root`'s current branch; what happened, for people."""
+async def merge_branch(
+    tracker: TaskTracker,
+    task: TaskRecord,
+    *,
+    root: Path,
+    by: str,
+    protected: Sequence[worktrees.ProtectedFile],
+) -> str:
+    """Merge the task's branch into `root`'s current branch; what happened, for people.
+
+    `protected`: Baton's own files (configuration, database); a branch that changes
+    any of them is refused, as one that changes `.baton/` is.
+    """
     if problem := branch_problem(task):
         return problem
     assert task.branch is not None
@@ -46,6 +58,7 @@ async def merge_branch(tracker: TaskTracker, task: TaskRecord, *, root: Path, by
             task.branch,
             message=f"Merge {task.branch}: {task.description} ({task.agent})",
             expected=task.branch_commit,
+            protected=protected,
         )
     except Exception as exc:
         logger.exception("merging %s failed", task.branch)

@@ -1,4 +1,5 @@
-"""The tools a delegating agent uses on the children it started: steer, cancel, status.
+"""The tools a delegating agent uses on the children it started: steer, cancel, status,
+and reading a result that was cut for length.
 
 Each sees only the children of the run that holds it (same session, same parent
 task), so a task id from another thread, or a sibling's child, is "no such task".
@@ -12,15 +13,29 @@ from pydantic import Field
 from bot.errors import SteeringFull, ToolError
 from bot.store.tasks import TaskRecord
 from bot.subagents.handoff import Handoff
+from bot.subagents.results import READ_RESULT_TOOL, escape_result, fitting_length
 from bot.subagents.tracker import TaskTracker
 from bot.tools.base import Tool, ToolArguments
 
 MAX_STEER_CHARS = 4_000
 STATUS_LOG_LINES = 8
+# Escaped characters of a result one read returns: under the engine's cap on a tool
+# result (30,000), so no page is ever cut in its middle.
+RESULT_PAGE = 20_000
 
 
 class TaskIdArgs(ToolArguments):
     id: str = Field(max_length=128, description="The task id, as `task` returned it.")
+
+
+class ReadArgs(ToolArguments):
+    id: str = Field(max_length=128, description="The task id, as `task` returned it.")
+    offset: int = Field(
+        default=0,
+        ge=0,
+        description="Where to start, in characters: 0 for the beginning, or the offset a "
+        "result cut for length names.",
+    )
 
 
 class SteerArgs(ToolArguments):
@@ -123,9 +138,51 @@ class TaskStatus(_ChildTool):
         return "\n".join(lines)
 
 
+class ReadTaskResult(_ChildTool):
+    """The whole result of a finished child, a page at a time: what a result cut for
+    length points to, so nothing a child wrote is out of its parent's reach."""
+
+    name = READ_RESULT_TOOL
+    description = (
+        "Read the whole result of a sub-agent task you started, a page at a time. Use it "
+        "when a result you were given was cut for length: the cut names the offset to read "
+        "on from. A background result can be read once it has been delivered."
+    )
+    arguments = ReadArgs
+
+    async def run(self, args: ReadArgs) -> str:
+        task = await self._child(args.id)
+        if task.state == "running":
+            raise ToolError(f"{task.id} is still running: it has no result yet")
+        if task.background and not task.delivered:
+            raise ToolError(
+                f"{task.id} has finished, and its result arrives with the next message; "
+                "read on from there"
+            )
+        text = task.result or ""
+        if args.offset > len(text):
+            raise ToolError(
+                f"offset {args.offset} is past the end of {task.id}'s result "
+                f"({len(text):,} characters)"
+            )
+        end = args.offset + fitting_length(text[args.offset :], RESULT_PAGE)
+        page = escape_result(text[args.offset : end])
+        wrapped = (
+            f'<task_result id="{task.id}" from="{args.offset}" to="{end}" '
+            f'of="{len(text)}">{page}</task_result>'
+        )
+        if end >= len(text):
+            return f"{wrapped}\n[The end of {task.id}'s result.]"
+        return (
+            f"{wrapped}\n[{len(text) - end:,} more characters: read on with "
+            f'{READ_RESULT_TOOL}(id="{task.id}", offset={end}).]'
+        )
+
+
 def control_tools(tracker: TaskTracker, *, session_id: int, parent_id: str | None) -> list[Tool]:
-    """steer_task, cancel_task and task_status for the run `parent_id` (None: the main agent)."""
+    """steer_task, cancel_task, task_status and read_task_result for the run `parent_id`
+    (None: the main agent)."""
     return [
         cls(tracker=tracker, session_id=session_id, parent_id=parent_id)
-        for cls in (SteerTask, CancelTask, TaskStatus)
+        for cls in (SteerTask, CancelTask, TaskStatus, ReadTaskResult)
     ]

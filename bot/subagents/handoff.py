@@ -31,7 +31,9 @@ from bot.tools.base import Tool, ToolArguments, cap_output
 
 HandoffStatus = Literal["complete", "blocked", "uncertain"]
 
-ANSWER_LIMIT = 50_000
+# Far above what a model writes in one answer (a 128k-token output is about 500,000
+# characters): no real answer is refused, only a runaway or hostile argument.
+ANSWER_LIMIT = 1_000_000
 ITEM_LIMIT = 2_000
 TOPIC_LIMIT = 200
 POSITION_LIMIT = 2_000
@@ -47,7 +49,11 @@ def _not_blank(value: str) -> str:
     return value
 
 
-# Stripped first, so the length cap and the blank check see what is kept.
+# Stripped first, so the length cap and the blank check see what is kept. The cap is no
+# budget for the parent's context: an answer is kept whole (record, thread, log), and
+# what the parent is given of it is cut where it is shown, saying where the rest is
+# (`bot.subagents.results`). Refusing a long answer would only make the model cut its
+# own work to get it through.
 AnswerText = Annotated[
     str,
     StringConstraints(strip_whitespace=True, max_length=ANSWER_LIMIT),
@@ -118,8 +124,8 @@ class SubmitResultArgs(ToolArguments):
         "are not sure of it; say in limitations why.",
     )
     answer: AnswerText = Field(
-        description="Your result, complete in itself: the parent sees nothing of your work "
-        "except this handoff.",
+        description="Your result, complete in itself and as long as it needs to be: the "
+        "parent sees nothing of your work except this handoff.",
     )
     evidence: list[ItemText] = Field(
         default_factory=list,
@@ -220,10 +226,11 @@ class SubmitResult(Tool):
 
 
 def fallback_handoff(text: str, reason: str) -> Handoff:
-    """The handoff of a child that never called submit_result: its last text, marked uncertain."""
+    """The handoff of a child that never called submit_result: its last text, whole,
+    marked uncertain."""
     answer = text.strip()
     if len(answer) > ANSWER_LIMIT:
-        # Leave room for cap_output's note on what was cut.
+        # Only a runaway: leave room for cap_output's note on what was cut.
         answer = cap_output(answer, ANSWER_LIMIT - 200)
     reason = reason.strip() or "the sub-agent did not call submit_result"
     if len(reason) > ITEM_LIMIT:
@@ -282,6 +289,8 @@ class GroupMember:
     state: str
     handoff: Handoff | None
     error: str | None = None
+    # Baton's note on where the rest of a cut answer is (see `bot.subagents.results`).
+    note: str | None = None
 
 
 @dataclass(slots=True)
@@ -324,6 +333,8 @@ def _render_member(member: GroupMember) -> str:
         f"## {_one_line(member.task_id)} ({_one_line(member.agent)}) — {_one_line(member.state)}"
     )
     parts = [header]
+    if member.note:
+        parts.append(_one_line(member.note))
     error = (member.error or "").strip()
     if error:
         parts.append(f"error:\n{_indented(error)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import Field
@@ -14,6 +14,7 @@ from bot.errors import TaskLimitReached, ToolError
 from bot.subagents.definition import TASK_TOOL_NAME, AgentDefinition
 from bot.subagents.handoff import GroupMember, render_fan_in, render_handoff
 from bot.subagents.registry import AgentRegistry
+from bot.subagents.results import escape_result, shown_handoff, shown_part
 from bot.subagents.runner import ParentContext, SubAgentRunner, TaskOutcome, branch_note
 from bot.tools.base import Tool, ToolArguments, cap_output
 
@@ -21,6 +22,11 @@ GROUP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 # How often a finished member of a foreground group looks whether its siblings are done.
 GROUP_POLL_S = 0.05
 MAX_GROUP_BLOCK = 60_000
+# Escaped characters of a child's answer the parent's tool result holds (a group's
+# members share them, each keeping at least MIN_MEMBER_BUDGET): under the engine's
+# cap on a tool result (30,000), with room for the status, evidence and limitations.
+RESULT_ANSWER_BUDGET = 20_000
+MIN_MEMBER_BUDGET = 1_000
 
 TASK_DESCRIPTION = """\
 Delegate a well-bounded task to a sub-agent. The sub-agent works on its own with an \
@@ -44,34 +50,56 @@ Available sub-agents:
 {agents}"""
 
 
-def escape_result(text: str) -> str:
-    """Make text safe inside the result wrapper: it can never close or open a tag."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def format_outcome(outcome: TaskOutcome) -> str:
     """The tool result for a foreground run, in the forms DESIGN.md gives; a completed
-    child's handoff is shown whole, its status word first."""
+    child's handoff is shown with its status word first.
+
+    An answer (or partial work) too long for the parent's tool result is cut here, with
+    a note on reading on, before the engine's cap on every tool result would cut its
+    middle out without saying where the rest is.
+    """
     if outcome.state == "completed":
-        text = outcome.text
         if outcome.handoff is not None:
-            text = render_handoff(outcome.handoff)
+            handoff, note = shown_handoff(
+                outcome.handoff, task_id=outcome.task_id, budget=RESULT_ANSWER_BUDGET
+            )
+            text = render_handoff(handoff)
             if outcome.isolated:
                 text += "\n\n" + branch_note(outcome.branch, outcome.change)
+        else:
+            shown = shown_part(outcome.text, task_id=outcome.task_id, budget=RESULT_ANSWER_BUDGET)
+            text, note = shown.text, shown.note
+        if note:
+            text = f"{note}\n\n{text}"
         return f'<task state="completed"><task_result>{escape_result(text)}</task_result></task>'
     reason = outcome.error or outcome.state
     body = f"{outcome.agent} ({outcome.task_id}) did not finish: {reason}."
     if outcome.text:
-        body += f" Its partial work, kept as it was:\n{outcome.text}"
+        shown = shown_part(outcome.text, task_id=outcome.task_id, budget=RESULT_ANSWER_BUDGET)
+        lead = f"\n{shown.note}\n" if shown.note else " "
+        body += f"{lead}Its partial work, kept as it was:\n{shown.text}"
     if outcome.branch and outcome.branch not in body:
         body += f"\nIts changes are on branch {outcome.branch} ({outcome.change})."
     return f'<task state="error">{escape_result(body)}</task>'
 
 
 def format_group(group: str, members: list[GroupMember]) -> str:
-    """One block for the results of a group: each handoff, and the claims compared."""
-    body = cap_output(render_fan_in(group, members), MAX_GROUP_BLOCK)
+    """One block for the results of a group: each handoff, and the claims compared.
+
+    The members share one answer budget, each answer cut to its part with a note on
+    reading on."""
+    budget = max(RESULT_ANSWER_BUDGET // max(len(members), 1), MIN_MEMBER_BUDGET)
+    shown = [shown_member(member, budget=budget) for member in members]
+    body = cap_output(render_fan_in(group, shown), MAX_GROUP_BLOCK)
     return f'<task_group name="{group}">{escape_result(body)}</task_group>'
+
+
+def shown_member(member: GroupMember, *, budget: int) -> GroupMember:
+    """A group member with its answer cut to `budget`, and the note on where the rest is."""
+    if member.handoff is None:
+        return member
+    handoff, note = shown_handoff(member.handoff, task_id=member.task_id, budget=budget)
+    return replace(member, handoff=handoff, note=note)
 
 
 def member_of(outcome: TaskOutcome) -> GroupMember:

@@ -138,6 +138,19 @@ class Change:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ProtectedFile:
+    """A file of Baton's own that no branch may change, and what it is, for people.
+
+    `path` is absolute: Merge finds it in the repository by its place under git's top
+    directory (a site may be a subdirectory of a repository, and Merge merges the
+    whole repository); a file outside the repository concerns no branch.
+    """
+
+    path: Path
+    what: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MergeOutcome:
     """What a merge did; `message` is one sentence for people."""
 
@@ -291,14 +304,21 @@ async def finish(worktree: Worktree, *, message: str) -> Change | None:
 
 
 async def merge(
-    repo: Path, branch: str, *, message: str, expected: str | None = None
+    repo: Path,
+    branch: str,
+    *,
+    message: str,
+    expected: str | None = None,
+    protected: Sequence[ProtectedFile] = (),
 ) -> MergeOutcome:
     """Merge a Baton branch into the workspace's current branch with a merge commit.
 
     `expected`: the commit the task's work was recorded as; a branch that points
     anywhere else now (commands in the workspace's sandbox can write its refs) is
     refused. So is a branch whose changes touch `.baton/` (Baton's agents, skills and
-    memory, which no agent may write) or add a submodule.
+    memory, which no agent may write), add a submodule, or add, change, delete or
+    rename one of the `protected` files (Baton's configuration and database) that lie
+    in the repository; the refusal names every such file.
 
     On a conflict the merge is aborted, the checkout is left as it was and the branch
     kept. Anything that stops the merge before it starts (local changes in the way,
@@ -313,7 +333,7 @@ async def merge(
     except WorktreeError as error:
         return _refused(str(error))
     async with _repo_lock(workspace.common_dir):
-        return await _merge_locked(workspace, branch, message, expected)
+        return await _merge_locked(workspace, branch, message, expected, protected)
 
 
 async def discard(repo: Path, branch: str) -> bool:
@@ -844,7 +864,11 @@ class _Listed:
 
 
 async def _merge_locked(
-    workspace: _Repo, branch: str, message: str, expected: str | None
+    workspace: _Repo,
+    branch: str,
+    message: str,
+    expected: str | None,
+    protected: Sequence[ProtectedFile],
 ) -> MergeOutcome:
     tip = await _branch_commit(workspace, branch)
     if tip is None:
@@ -854,7 +878,7 @@ async def _merge_locked(
             f"{branch} no longer points at the commit its task recorded ({expected[:12]}); "
             "something changed it since, so it is not merged."
         )
-    if problem := await _protected_change(workspace, branch, tip):
+    if problem := await _protected_change(workspace, branch, tip, protected):
         return _refused(problem)
     current = await workspace.run("symbolic-ref", "--quiet", "--short", "HEAD")
     if current.returncode != 0:
@@ -924,8 +948,15 @@ async def _abort_conflicted(workspace: _Repo, branch: str, target: str) -> Merge
     )
 
 
-async def _protected_change(workspace: _Repo, branch: str, tip: str) -> str | None:
-    """Why the branch's changes may not be merged: paths under `.baton/` or a submodule."""
+async def _protected_change(
+    workspace: _Repo, branch: str, tip: str, protected: Sequence[ProtectedFile]
+) -> str | None:
+    """Why the branch's changes may not be merged: every path it changes under `.baton/`
+    or among Baton's own files, and every submodule it adds; None when there is none.
+
+    `--no-renames` lists a rename as a deletion and an addition, so both of its names
+    are looked at: moving Baton's config away is as refused as rewriting it.
+    """
     base = await workspace.run("merge-base", "HEAD", tip)
     if base.returncode != 0:
         return f"{branch} shares no history with the workspace's branch; it is not merged."
@@ -933,18 +964,56 @@ async def _protected_change(workspace: _Repo, branch: str, tip: str) -> str | No
         workspace, "diff", "--raw", "-z", "--no-renames", "--no-ext-diff",
         "--ignore-submodules=none", base.text, tip, "--",
     )  # fmt: skip
+    own = _in_repository(workspace.top, protected)
+    named: list[str] = []  # Baton's files: every one is named
+    baton_dir: list[str] = []
+    submodules: list[str] = []
     fields = raw.stdout.split(b"\0")
     for meta, name in zip(fields[0::2], fields[1::2], strict=False):
         path = os.fsdecode(name)
         modes = meta.decode("ascii", "replace").lstrip(":").split()
-        if path == PROTECTED_DIR or path.startswith(f"{PROTECTED_DIR}/"):
-            return (
-                f"{branch} changes {path}, under {PROTECTED_DIR}/ (Baton's agents, skills and "
-                "memory, which no agent may write); it is not merged."
-            )
-        if len(modes) > 1 and modes[1] == "160000":
-            return f"{branch} adds a submodule at {path}; it is not merged."
-    return None
+        if path in own:
+            named.append(f"{_printable(path)} ({own[path]})")
+        elif path == PROTECTED_DIR or path.startswith(f"{PROTECTED_DIR}/"):
+            baton_dir.append(path)
+        elif len(modes) > 1 and modes[1] == "160000":
+            submodules.append(path)
+    return _protection_refusal(branch, named, baton_dir, submodules)
+
+
+def _in_repository(top: Path, protected: Sequence[ProtectedFile]) -> dict[str, str]:
+    """Baton's files that lie in the repository, by the path git names them with."""
+    inside: dict[str, str] = {}
+    for item in protected:
+        if item.path.is_relative_to(top) and item.path != top:
+            inside.setdefault(item.path.relative_to(top).as_posix(), item.what)
+    return inside
+
+
+def _protection_refusal(
+    branch: str, named: list[str], baton_dir: list[str], submodules: list[str]
+) -> str | None:
+    """One sentence naming what the branch may not change; None when it changes none."""
+    changed = list(named)
+    if baton_dir:
+        changed.append(
+            f"{_name_files(baton_dir)} ({PROTECTED_DIR}/: Baton's agents, skills and memory)"
+        )
+    parts = []
+    if changed:
+        parts.append(f"changes {_joined_names(changed)}, which no agent may change")
+    if submodules:
+        parts.append(f"adds a submodule at {_name_files(submodules)}")
+    if not parts:
+        return None
+    return f"{branch} {' and '.join(parts)}; it is not merged."
+
+
+def _joined_names(items: Sequence[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    if len(items) == 1:
+        return items[0]
+    return f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 async def _merge_in_progress(workspace: _Repo) -> bool:

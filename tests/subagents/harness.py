@@ -96,3 +96,18 @@ async def wait_finished(baton: Baton, task_id: str) -> TaskRecord:
 
 def reply(text: str = "", **kwargs: Any) -> Reply:
     return Reply(text=text, **kwargs)
+
+
+def numbered_lines(size: int) -> str:
+    """`size` characters of distinct numbered lines, so a cut anywhere shows; every tenth
+    line holds markup to escape (`<b>&amp;</b>`), so escaping cannot shift what is read."""
+    lines = []
+    total = number = 0
+    while total < size:
+        number += 1
+        extra = " <b>&amp;</b>" if number % 10 == 0 else ""
+        line = f"line {number:05d} of the long answer{extra} ..........................."
+        lines.append(line)
+        total += len(line) + 1
+    text = "\n".join(lines)[:size]
+    return text[:-1] + "!" if text[-1].isspace() else text

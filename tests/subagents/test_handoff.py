@@ -9,6 +9,7 @@ import pytest
 
 from bot.errors import ToolArgumentsError, ToolError
 from bot.subagents.handoff import (
+    ANSWER_LIMIT,
     HANDOFF_REQUEST,
     Claim,
     GroupMember,
@@ -19,6 +20,7 @@ from bot.subagents.handoff import (
     render_fan_in,
     render_handoff,
 )
+from tests.subagents.harness import numbered_lines
 
 
 def call(**fields: Any) -> str:
@@ -126,7 +128,7 @@ async def test_a_second_call_replaces_the_first_and_says_so() -> None:
             "claims.0.why: Extra inputs are not permitted",
         ),
         (call(claims=[{"topic": "t" * 201, "position": "p"}]), "at most 200 characters"),
-        (call(answer="x" * 3_000_000), "answer: String should have at most 50000 characters"),
+        (call(answer="x" * 3_000_000), "answer: String should have at most 1000000 characters"),
         (call(evidence=["x" * 2001]), "evidence.0: String should have at most 2000 characters"),
         (json.dumps({"answer": "no status"}), "status: Field required"),
         ("[1, 2]", "must be a JSON object"),
@@ -193,12 +195,25 @@ def test_fallback_handoff_without_text_or_reason() -> None:
     assert handoff.limitations[0].strip()
 
 
-def test_fallback_handoff_fits_oversized_text() -> None:
-    handoff = fallback_handoff("a" * 60_000 + "THE END", "r" * 5_000)
-    assert len(handoff.answer) <= 50_000
-    assert handoff.answer.endswith("THE END")
-    assert "truncated" in handoff.answer
+def test_fallback_handoff_keeps_a_long_text_whole() -> None:
+    """The answer is kept whole; only what the parent's context is shown is cut."""
+    text = numbered_lines(60_000)
+    handoff = fallback_handoff(text, "r" * 5_000)
+    assert handoff.answer == text
     assert len(handoff.limitations[0]) <= 2_000
+
+
+def test_fallback_handoff_cuts_only_a_runaway_text() -> None:
+    handoff = fallback_handoff("a" * (ANSWER_LIMIT + 10) + "THE END", "r")
+    assert len(handoff.answer) <= ANSWER_LIMIT
+    assert handoff.answer.endswith("THE END") and "truncated" in handoff.answer
+
+
+async def test_a_long_answer_is_accepted_whole() -> None:
+    tool = SubmitResult()
+    text = numbered_lines(60_000)
+    await submit(tool, call(answer=text))
+    assert tool.handoff is not None and tool.handoff.answer == text
 
 
 def test_json_round_trip() -> None:

@@ -12,7 +12,7 @@ from tests.subagents.test_delegation import task_call, tool_result_of, write_age
 LEAD = "LEAD-PROMPT"
 HELPER = "HELPER-PROMPT"
 EXPLORE = "Your job is to investigate"
-CONTROL = {"task", "steer_task", "cancel_task", "task_status"}
+CONTROL = {"task", "steer_task", "cancel_task", "task_status", "read_task_result"}
 
 
 def sub_task(agent: str, prompt: str, *, id: str, background: bool = False) -> Reply:

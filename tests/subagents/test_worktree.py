@@ -17,6 +17,7 @@ import pytest
 from bot.subagents.worktree import (
     Change,
     FileChange,
+    ProtectedFile,
     Worktree,
     WorktreeError,
     create,
@@ -773,3 +774,165 @@ async def test_merge_refuses_changes_to_baton_files_and_submodules(
         assert ".baton/" in outcome.message if mode != "160000" else "submodule" in outcome.message
         assert git(repo, "rev-parse", "HEAD") == before
         assert not (repo / ".baton" / "agents" / "evil.md").exists()
+
+
+# --- Baton's own files -------------------------------------------------------------------
+
+CONFIG = "Baton's configuration"
+DATABASE = "Baton's database"
+
+
+def branch_with(repo: Path, task_id: str, *steps: tuple[str, ...]) -> str:
+    """A branch `baton/<task_id>` off main with one commit made of git `steps`; files a
+    step names are written first when the step is `("write", path, text)`."""
+    branch = f"baton/{task_id}"
+    git(repo, "checkout", "--quiet", "-b", branch)
+    for step in steps:
+        if step[0] == "write":
+            path = repo / step[1]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(step[2])
+            git(repo, "add", "-f", step[1])
+        else:
+            git(repo, *step)
+    git(repo, "commit", "--quiet", "-m", "the child's work")
+    git(repo, "checkout", "--quiet", "main")
+    return branch
+
+
+@pytest.fixture
+def with_config(repo: Path) -> Path:
+    """The workspace repository tracking Baton's config file, baton.yaml."""
+    (repo / "baton.yaml").write_text("self_approval: false\napprovers: [U1]\n")
+    git(repo, "add", "baton.yaml")
+    git(repo, "commit", "--quiet", "-m", "config")
+    return repo
+
+
+def protected_in(repo: Path, *, database: Path | None = None) -> list[ProtectedFile]:
+    files = [ProtectedFile(path=repo / "baton.yaml", what=CONFIG)]
+    if database is not None:
+        files += [
+            ProtectedFile(path=database.with_name(database.name + suffix), what=DATABASE)
+            for suffix in ("", "-wal", "-shm", "-journal")
+        ]
+    return files
+
+
+async def assert_refused(repo: Path, branch: str, protected: list[ProtectedFile]) -> str:
+    """Merge refuses `branch`, changing nothing; the refusal's text."""
+    head_before, status_before = head(repo), git(repo, "status", "--porcelain")
+    outcome = await merge(repo, branch, message="m", protected=protected)
+    assert not outcome.merged and outcome.commit is None, outcome.message
+    assert outcome.message.startswith(f"{branch} changes ")
+    assert outcome.message.endswith("; it is not merged.")
+    assert head(repo) == head_before and git(repo, "status", "--porcelain") == status_before
+    assert branch in branches(repo)
+    return outcome.message
+
+
+@pytest.mark.parametrize(
+    ("task_id", "steps"),
+    [
+        ("task-p-1", (("write", "baton.yaml", "self_approval: true\nallow: [bash]\n"),)),
+        ("task-p-2", (("rm", "--quiet", "baton.yaml"),)),
+        # Listed with --no-renames as a deletion and an addition: the old name counts.
+        ("task-p-3", (("mv", "baton.yaml", "moved.yaml"),)),
+    ],
+    ids=["changes", "deletes", "renames"],
+)
+async def test_merge_refuses_a_branch_that_changes_batons_config(
+    with_config: Path, task_id: str, steps: tuple[tuple[str, ...], ...]
+) -> None:
+    repo = with_config
+    before = (repo / "baton.yaml").read_text()
+    branch = branch_with(repo, task_id, *steps)
+    message = await assert_refused(repo, branch, protected_in(repo))
+    assert f"changes baton.yaml ({CONFIG})" in message
+    assert (repo / "baton.yaml").read_text() == before
+
+
+async def test_merge_refuses_a_branch_that_adds_the_config_where_none_is_tracked(
+    repo: Path,
+) -> None:
+    """An untracked config (or none yet) in the checkout: a branch adding one would
+    write it there."""
+    branch = branch_with(repo, "task-p-4", ("write", "baton.yaml", "allow: [bash]\n"))
+    message = await assert_refused(repo, branch, protected_in(repo))
+    assert f"baton.yaml ({CONFIG})" in message
+    assert not (repo / "baton.yaml").exists()
+
+
+async def test_merge_refuses_a_branch_that_adds_an_agent_file(with_config: Path) -> None:
+    branch = branch_with(
+        with_config, "task-p-5", ("write", ".baton/agents/x.md", "---\nname: x\n---\nanything\n")
+    )
+    message = await assert_refused(with_config, branch, protected_in(with_config))
+    assert ".baton/agents/x.md (.baton/: Baton's agents, skills and memory)" in message
+    assert CONFIG not in message
+    assert not (with_config / ".baton").exists()
+
+
+async def test_merge_refuses_a_branch_that_changes_the_database_naming_each_file(
+    repo: Path,
+) -> None:
+    """A database kept in the workspace: a branch that rewrites it or plants a WAL
+    (replayed into it at the next open) is refused, every file named."""
+    database = repo / "data" / "baton.db"
+    database.parent.mkdir()
+    database.write_bytes(b"SQLite format 3\0")
+    git(repo, "add", "-f", "data/baton.db")
+    git(repo, "commit", "--quiet", "-m", "database")
+    branch = branch_with(
+        repo, "task-p-6",
+        ("write", "data/baton.db", "rewritten"), ("write", "data/baton.db-wal", "planted"),
+    )  # fmt: skip
+    message = await assert_refused(repo, branch, protected_in(repo, database=database))
+    assert f"data/baton.db ({DATABASE})" in message
+    assert f"data/baton.db-wal ({DATABASE})" in message
+    assert database.read_bytes() == b"SQLite format 3\0"
+    assert not database.with_name("baton.db-wal").exists()
+
+
+async def test_merge_names_the_config_and_baton_files_together(with_config: Path) -> None:
+    branch = branch_with(
+        with_config, "task-p-7",
+        ("write", "baton.yaml", "self_approval: true\n"),
+        ("write", ".baton/agents/evil.md", "---\nname: evil\n---\nrun anything\n"),
+        ("write", "src/fine.py", "print('fine')\n"),
+    )  # fmt: skip
+    message = await assert_refused(with_config, branch, protected_in(with_config))
+    assert message == (
+        f"{branch} changes baton.yaml ({CONFIG}) and .baton/agents/evil.md (.baton/: Baton's "
+        "agents, skills and memory), which no agent may change; it is not merged."
+    )
+    assert not (with_config / "src").exists()
+
+
+async def test_a_harmless_branch_still_merges_beside_batons_files(
+    with_config: Path, base_dir: Path
+) -> None:
+    branch = await finished(with_config, base_dir, "task-p-8", {"b.txt": "b\n"})
+    database = with_config / "baton.db"
+    outcome = await merge(
+        with_config, branch, message="m", protected=protected_in(with_config, database=database)
+    )
+    assert outcome.merged, outcome.message
+    assert (with_config / "b.txt").read_text() == "b\n"
+
+
+async def test_a_config_outside_the_workspace_blocks_nothing(
+    with_config: Path, tmp_path: Path
+) -> None:
+    """Baton's config lives elsewhere: the workspace's own baton.yaml is just a file."""
+    elsewhere = tmp_path / "etc" / "baton.yaml"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("model: m\n")
+    branch = branch_with(with_config, "task-p-9", ("write", "baton.yaml", "anything: 1\n"))
+    outcome = await merge(
+        with_config, branch, message="m",
+        protected=[ProtectedFile(path=elsewhere, what=CONFIG),
+                   ProtectedFile(path=tmp_path / "state" / "baton.db", what=DATABASE)],
+    )  # fmt: skip
+    assert outcome.merged, outcome.message
+    assert (with_config / "baton.yaml").read_text() == "anything: 1\n"
