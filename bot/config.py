@@ -152,11 +152,50 @@ class PriceConfig(BaseModel):
 
 
 class SandboxConfig(BaseModel):
-    """The `sandbox` section: what commands in the sandbox may reach."""
+    """The `sandbox` section: what commands in the sandbox may reach.
+
+    Attributes:
+        network: Whether commands share the host's network; by default they have
+            only a loopback of their own.
+        show_secrets: Secret files commands may see after all. Every other file of
+            the workspace on the secret-path list (`.env` files, private keys and
+            keystores, credentials, Terraform variables and state: see
+            `bot.permissions.secret_paths`) is hidden from every command, whatever
+            rule allowed it: it reads as an empty read-only file, a directory of
+            secrets such as `.ssh/` as an empty one. Each entry is a path relative to
+            the workspace (`config/.env.test`) or a glob as permission rules write
+            them (`*` within a directory, `**` across, `**/` also at the top:
+            `**/*.tfvars`); a directory shows what lies under it. They apply in each
+            workspace directory and in sub-agents' worktrees. `read_file` still asks
+            a person before reading a secret file, listed or not.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     network: bool = False
+    show_secrets: tuple[str, ...] = ()
+
+    @field_validator("show_secrets")
+    @classmethod
+    def _workspace_relative(cls, paths: tuple[str, ...]) -> tuple[str, ...]:
+        # Only paths inside the workspace are hidden, so only those can be shown: an
+        # absolute path or one climbing out with `..` would show nothing, silently.
+        normalized = []
+        for path in paths:
+            cleaned = path.strip().removeprefix("./").rstrip("/")
+            parts = cleaned.split("/")
+            if not cleaned or cleaned == ".":
+                raise ValueError(
+                    f"{path!r} names no file: list paths or globs inside the workspace "
+                    "(`**` shows every secret file)"
+                )
+            if cleaned.startswith(("/", "~")) or ".." in parts:
+                raise ValueError(
+                    f"{path!r} is not inside the workspace: give a path relative to the "
+                    "workspace, like `config/.env.test` or `**/*.tfvars`"
+                )
+            normalized.append("/".join(part for part in parts if part not in ("", ".")))
+        return tuple(normalized)
 
 
 class ModelCallsConfig(BaseModel):

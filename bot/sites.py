@@ -20,7 +20,7 @@ from bot.engine.tokens import TokenCounter
 from bot.permissions.danger import find_path_danger
 from bot.permissions.hook import PermissionHook
 from bot.permissions.rules import PermissionRules
-from bot.sandbox import Sandbox, SandboxPolicy
+from bot.sandbox import Sandbox, SandboxPolicy, sqlite_companions
 from bot.sessions import Conversations, MainAgent, main_system_prompt
 from bot.store import SessionStore
 from bot.subagents import BUILTIN_AGENTS, AgentRegistry, SubAgentRunner, TaskTracker
@@ -109,7 +109,8 @@ async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[P
     """Build the parts working in `directory`; `others` are the other sites' directories."""
     settings = shared.settings
     others = list(others)
-    policy = _policy(directory, shared, masked=others)
+    files = _baton_files(shared)
+    policy = _policy(directory, shared, masked=others, files=files)
     sandbox = await Sandbox.probe(policy)
     if not sandbox.available:
         logger.warning(
@@ -117,14 +118,19 @@ async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[P
             directory,
             sandbox.reason,
         )
-    workspace, tools, permissions = _working_parts(directory, shared, sandbox, policy)
+    workspace, tools, permissions = _working_parts(directory, shared, sandbox, policy, files=files)
     hooks: tuple[Hook, ...] = (permissions,)
 
     async def isolated(tree: Path) -> tuple[ToolRegistry, tuple[Hook, ...]]:
         # An isolated child's worktree: the same sandbox and rules, confined to the
-        # worktree, with this site's own directory hidden like every other site's.
-        tree_policy = _policy(tree, shared, masked=[*others, directory])
-        _, tree_tools, tree_permissions = _working_parts(tree, shared, sandbox, tree_policy)
+        # worktree, with this site's own directory hidden like every other site's, and
+        # the worktree's copies of Baton's files guarded like the originals: a config
+        # the child rewrote there would reach the workspace with a merge.
+        tree_files = _baton_files(shared, directory, tree)
+        tree_policy = _policy(tree, shared, masked=[*others, directory], files=tree_files)
+        _, tree_tools, tree_permissions = _working_parts(
+            tree, shared, sandbox, tree_policy, files=tree_files
+        )
         return tree_tools, (tree_permissions,)
 
     agents = AgentRegistry(agent_roots(settings, workspace.root), BUILTIN_AGENTS)
@@ -171,7 +177,64 @@ async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[P
     )
 
 
-def _policy(directory: Path, shared: SharedParts, *, masked: Iterable[Path]) -> SandboxPolicy:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _BatonFiles:
+    """Baton's own files as the tools of one directory must guard them.
+
+    Attributes:
+        config: The config file: readable by no tool, writable by none, masked in the
+            sandbox.
+        databases: The SQLite database file: no tool may use it, nor the journal,
+            WAL and shared-memory files beside it (`sqlite_companions`).
+    """
+
+    config: tuple[Path, ...]
+    databases: tuple[Path, ...]
+
+    @property
+    def private(self) -> list[Path]:
+        """Every file no tool may read or write."""
+        return [*(f for d in self.databases for f in sqlite_companions(d)), *self.config]
+
+
+def _baton_files(
+    shared: SharedParts, directory: Path | None = None, tree: Path | None = None
+) -> _BatonFiles:
+    """Baton's config and database files, and for a worktree `tree` of `directory`,
+    their copies there.
+
+    A worktree holds the repository's tracked files at the same relative paths as the
+    site's directory: a `baton.yaml` (or database) the workspace tracks has a copy in
+    every child's worktree, which a merge of the child's branch brings back. So each
+    of Baton's files inside `directory` is guarded at that path under `tree` too.
+    """
+    config = [Path(p) for p in shared.config_files]
+    # `database_files` is the database with its companions, the database first.
+    databases = [Path(p) for p in shared.database_files][:1]
+    if directory is not None and tree is not None:
+        config += _copies(config, directory, tree)
+        databases += _copies(databases, directory, tree)
+    return _BatonFiles(config=tuple(config), databases=tuple(databases))
+
+
+def _copies(paths: Iterable[Path], directory: Path, tree: Path) -> list[Path]:
+    """Where each of `paths` inside `directory` lies under `tree`.
+
+    Both as named and as resolved: a `baton.yaml` in the workspace that links to the
+    real config has its copy at the link's place.
+    """
+    root = directory.resolve()
+    spellings = {spelling for path in paths for spelling in (path.absolute(), path.resolve())}
+    return sorted(
+        tree / spelling.relative_to(root)
+        for spelling in spellings
+        if spelling != root and spelling.is_relative_to(root)
+    )
+
+
+def _policy(
+    directory: Path, shared: SharedParts, *, masked: Iterable[Path], files: _BatonFiles
+) -> SandboxPolicy:
     """What commands in `directory` may touch.
 
     Baton's database and configuration, and every other site's files, are out of
@@ -180,22 +243,26 @@ def _policy(directory: Path, shared: SharedParts, *, masked: Iterable[Path]) -> 
     """
     return SandboxPolicy.for_workspace(
         directory,
-        masked=[*shared.config_files, *masked],
-        databases=list(shared.database_files)[:1],
+        masked=[*files.config, *masked],
+        databases=files.databases,
         network=shared.settings.sandbox.network,
     )
 
 
 def _working_parts(
-    directory: Path, shared: SharedParts, sandbox: Sandbox, policy: SandboxPolicy
+    directory: Path,
+    shared: SharedParts,
+    sandbox: Sandbox,
+    policy: SandboxPolicy,
+    *,
+    files: _BatonFiles,
 ) -> tuple[Workspace, ToolRegistry, PermissionHook]:
     """The workspace, the built-in tools working there, and the permission hook."""
     settings = shared.settings
-    config = list(shared.config_files)
     workspace = Workspace(
         directory,
-        protected_files=config,
-        private_files=[*shared.database_files, *config],
+        protected_files=files.config,
+        private_files=files.private,
         # What the file tools create belongs to whom the commands run as.
         owner=sandbox.run_as,
     )
@@ -205,6 +272,7 @@ def _working_parts(
         is_secret=lambda path: find_path_danger(path) is not None,
         sandbox=sandbox,
         policy=policy,
+        show_secrets=settings.sandbox.show_secrets,
     )
     permissions = PermissionHook(
         PermissionRules.parse(

@@ -1,6 +1,6 @@
 """Tools the agents call, each confined to the workspace."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from bot.sandbox import Sandbox, SandboxPolicy
 from bot.tools.base import Tool, ToolArguments, ToolRegistry, cap_output
@@ -18,11 +18,13 @@ def build_workspace_tools(
     grep_deadline_s: float = DEFAULT_GREP_DEADLINE_S,
     sandbox: Sandbox | None = None,
     policy: SandboxPolicy | None = None,
+    show_secrets: Sequence[str] = (),
 ) -> ToolRegistry:
     """Every built-in tool, working in `workspace`; grep skips files `is_secret` flags.
 
     grep stops after `grep_deadline_s` seconds and reports what it found by then. bash
-    runs its commands in `sandbox` under `policy` when the sandbox is available.
+    runs its commands in `sandbox` under `policy` when the sandbox is available, with
+    the workspace's secret files hidden but those `show_secrets` names.
     """
     return ToolRegistry(
         [
@@ -32,7 +34,13 @@ def build_workspace_tools(
             ListDir(workspace),
             Glob(workspace),
             Grep(workspace, is_secret=is_secret, deadline_s=grep_deadline_s),
-            Bash(workspace, sandbox=sandbox, policy=policy, environment=environment),
+            Bash(
+                workspace,
+                sandbox=sandbox,
+                policy=policy,
+                environment=environment,
+                show_secrets=show_secrets,
+            ),
         ]
     )
 

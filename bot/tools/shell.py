@@ -3,23 +3,27 @@
 Each command runs in the bubblewrap sandbox (`bot.sandbox`) when one is available:
 then the call's end (exit, timeout, cancel) kills the sandbox's PID namespace and
 everything in it; where Baton is root and the workspace is another user's, the
-command runs as that user (`run_as`). Without a sandbox it runs as the bot's user in
-a process group of its own, killed as a group; the permission layer makes a person
-approve every such call.
+command runs as that user (`run_as`); the workspace's secret files, found again
+before each call, are hidden from it (`bot.sandbox.secret_files`). Without a sandbox
+it runs as the bot's user in a process group of its own, killed as a group; the
+permission layer makes a person approve every such call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 from pydantic import Field
 
 from bot.errors import ToolError
 from bot.sandbox import Sandbox, SandboxPolicy, minimal_environment
+from bot.sandbox.secret_files import SecretFiles, hidden_note
 from bot.tools.base import DEFAULT_OUTPUT_LIMIT, Tool, ToolArguments, cap_output
 from bot.tools.workspace import Workspace
 
@@ -88,6 +92,7 @@ class Bash(Tool):
         policy: SandboxPolicy | None = None,
         environment: Mapping[str, str] | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        show_secrets: Sequence[str] = (),
     ) -> None:
         """Set up the tool; `sandbox` is used only when its probe found it available.
 
@@ -100,6 +105,9 @@ class Bash(Tool):
                 database) masked, no network.
             environment: The bot's environment; only PATH, HOME, LANG and TERM pass.
             output_limit: Characters of output the model sees at most.
+            show_secrets: Secret files commands may see after all
+                (`sandbox.show_secrets`: workspace-relative paths and globs); the others
+                are masked in the sandbox.
         """
         self.workspace = workspace
         self.sandbox = sandbox if sandbox is not None and sandbox.available else None
@@ -113,6 +121,9 @@ class Bash(Tool):
             self.sandbox.environment(env) if self.sandbox else minimal_environment(env)
         )
         self.output_limit = output_limit
+        self.secrets = (
+            SecretFiles(self.policy, shown=show_secrets) if self.sandbox is not None else None
+        )
 
     @property
     def sandboxed(self) -> bool:
@@ -128,22 +139,34 @@ class Bash(Tool):
         return self.sandbox.run_as if self.sandbox is not None else None
 
     @contextlib.contextmanager
-    def _command_line(self, command: str, notes: list[str]) -> Iterator[list[str]]:
+    def _command_line(
+        self, command: str, hidden: Sequence[Path], notes: list[str]
+    ) -> Iterator[list[str]]:
         argv = ["bash", "-c", command]
         if self.sandbox is None:
             yield argv
             return
-        with self.sandbox.command(self.policy, argv, notes=notes) as wrapped:
+        policy = self.policy
+        if hidden:
+            policy = dataclasses.replace(policy, masked=(*policy.masked, *hidden))
+        with self.sandbox.command(policy, argv, notes=notes) as wrapped:
             yield wrapped
 
     async def run(self, args: BashArgs) -> str:
         if not args.command.strip():
             raise ToolError("the command is empty")
+        # Found again for every call, off the event loop: a secret made since the last
+        # call is hidden too.
+        hidden = await asyncio.to_thread(self.secrets.find) if self.secrets is not None else ()
         # What the sandbox undid once the command was over (a planted .git/commondir),
         # so the model learns why its change is gone.
         notes: list[str] = []
-        with self._command_line(args.command, notes) as argv:
+        with self._command_line(args.command, hidden, notes) as argv:
             output = await self._run(argv, args.timeout_s)
+        if self.secrets is not None and hidden:
+            names = [self.secrets.relative(path) + "/" * path.is_dir() for path in hidden]
+            if note := hidden_note(names, args.command, output):
+                notes.insert(0, note)
         return "\n".join([output, *notes])
 
     async def _run(self, argv: list[str], timeout_s: int) -> str:
