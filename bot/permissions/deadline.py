@@ -7,6 +7,11 @@ sets the deadline for the calls made inside it (a context variable, so it follow
 work into the thread), and :func:`check_deadline` raises :class:`JudgingTooLong` once
 it has passed. Parsing, the danger checks, glob expansion and the secret checks call it
 as they go; the hook turns the error into a question for a person.
+
+The same calls hand the interpreter back to the event loop's thread every
+:data:`YIELD_EVERY_S`: judging is Python, which holds the GIL, and without these pauses
+the loop would wait up to the interpreter's switch interval (5 ms) each time it wants
+to run, for as long as a large command is judged.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ from contextvars import ContextVar
 
 __all__ = ["JudgingTooLong", "check_deadline", "judging_until"]
 
+YIELD_EVERY_S = 0.0002
+
 _deadline: ContextVar[float | None] = ContextVar("baton_judging_deadline", default=None)
+_last_yield: ContextVar[float] = ContextVar("baton_judging_last_yield", default=0.0)
 
 
 class JudgingTooLong(Exception):
@@ -38,5 +46,11 @@ def judging_until(deadline: float) -> Iterator[None]:
 def check_deadline() -> None:
     """Raise :class:`JudgingTooLong` when the current judging is past its deadline."""
     deadline = _deadline.get()
-    if deadline is not None and time.monotonic() > deadline:
+    if deadline is None:
+        return
+    now = time.monotonic()
+    if now > deadline:
         raise JudgingTooLong("judging this call took too long")
+    if now - _last_yield.get() > YIELD_EVERY_S:
+        _last_yield.set(now)
+        time.sleep(0)  # lets a thread waiting for the GIL (the event loop) take it

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,6 +33,11 @@ HARD_LINK_TOOLS = frozenset({"read_file", "write_file", "edit_file"})
 JUDGE_SECONDS = 2.0
 """How long judging one call may take before it asks a person instead."""
 TOO_COMPLEX = "too complex to judge automatically"
+
+# One thread judges every call in turn: judging is Python, so two threads would only take
+# turns at the interpreter, and each more would take a share of it from the event loop.
+# Calls that wait here count against their deadline.
+_JUDGE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="baton-judge")
 
 
 class PermissionHook:
@@ -92,8 +99,13 @@ class PermissionHook:
             with judging_until(deadline):
                 return self.check(tool, arguments)
 
+        loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()
         try:
-            return await asyncio.wait_for(asyncio.to_thread(judge), self.judge_seconds + 1.0)
+            # asyncio.timeout, not wait_for: on 3.11, wait_for swallows a cancel that lands
+            # as the judging finishes, and a cancelled run would go on.
+            async with asyncio.timeout(self.judge_seconds + 1.0):
+                return await loop.run_in_executor(_JUDGE, context.run, judge)
         except TimeoutError:
             return self._too_complex(tool, f"judging it took over {self.judge_seconds:g} s")
 

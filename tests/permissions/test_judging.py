@@ -57,7 +57,7 @@ def test_too_many_parts_ask_even_when_short(repo: Workspace) -> None:
     assert len(command.encode()) < MAX_COMMAND_BYTES
     decision = judge(repo, command)
     assert (decision.action, decision.risk) == ("ask", "too-complex")
-    assert "more than 512 commands" in decision.reason
+    assert f"more than {MAX_COMMAND_PARTS} commands" in decision.reason
 
 
 def test_real_commands_within_the_limits_are_judged_as_usual(repo: Workspace) -> None:
@@ -66,7 +66,8 @@ def test_real_commands_within_the_limits_are_judged_as_usual(repo: Workspace) ->
     command = " && ".join(parts)
     assert len(command.encode()) >= 16 * 1024 and count_parts(command) == 256
     assert judge(repo, command).action == "allow"
-    assert judge(repo, command + " && rm -f a").action == "deny"
+    denied = " && ".join([*parts[:-1], "rm -f a"])
+    assert judge(repo, denied).action == "deny"
     heredoc = "cat > notes.md <<'EOF'\n" + "| a | b | c |\n" * 2000 + "EOF\necho done"
     assert count_parts(heredoc) == 2
     assert judge(repo, heredoc).action == "allow"
@@ -101,7 +102,7 @@ async def test_judging_runs_off_the_event_loop(repo: Workspace) -> None:
             turns += 1
             await asyncio.sleep(0)
 
-    command = " | ".join(f"grep -e pattern-{n} file-{n}.txt" for n in range(400))
+    command = " | ".join(f"grep -e pattern-{n} file-{n}.txt" for n in range(200))
     ticking = asyncio.create_task(ticker())
     try:
         decision = await decide([Watched(RULES, repo)], invocation(repo, command))
@@ -110,3 +111,25 @@ async def test_judging_runs_off_the_event_loop(repo: Workspace) -> None:
     assert decision.action == "allow"
     assert judged_on and judged_on[0] != loop_thread
     assert turns > 1
+
+
+async def test_a_cancelled_run_stops_while_its_calls_are_judged(repo: Workspace) -> None:
+    """Cancel reaches a run however often it is judging: it is never swallowed.
+
+    A run that asks about one call after another is cancelled (a person pressed Cancel);
+    the cancel lands at some point of a judging, and the run must end.
+    """
+    hook = PermissionHook(RULES, repo)
+    call = invocation(repo, "|".join(["x"] * 40_000))  # answered at once, over and over
+
+    async def run() -> None:
+        while True:
+            await hook(call)
+
+    for _ in range(20):
+        task = asyncio.create_task(run())
+        await asyncio.sleep(0.005)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        assert done, "the cancel was swallowed: the run goes on judging"
+        assert task.cancelled()
