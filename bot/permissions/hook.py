@@ -290,14 +290,28 @@ class PermissionHook:
         )
 
     def _doubtful_denial(self, tool: Tool, spellings: CommandSpellings) -> DangerMatch | None:
-        """A deny rule matching a part an unknown program may run: a person decides."""
+        """A deny rule that may match what runs, though Baton cannot tell: a person decides.
+
+        A part an unknown program may run (with arguments of its own added, as
+        `parallel` and `xargs` add them), or a program whose name is only known when the
+        command runs (`$(echo rm) -rf src`), where a deny rule names this tool's calls.
+        """
+        deny = self.rules.deny
         for text, holder in spellings.doubtful:
-            if denied := _first_match(self.rules.deny, tool, [text]):
+            if denied := next((r for r in deny if r.matches_extended(tool.name, text)), None):
                 return DangerMatch(
                     pattern="deny-rule-tail",
                     reason=f"{holder} may run `{text}`, which the rule deny: {denied.text} "
                     "forbids; Baton does not know whether it does.",
                 )
+        rules = [r for r in deny if r.pattern is not None and r.tool == tool.name]
+        computed = next((c for c in spellings.contexts if _computed(c.program)), None)
+        if rules and computed is not None:
+            return DangerMatch(
+                pattern="deny-rule-computed-program",
+                reason=f"`{computed.shown}` runs a program named only when it runs "
+                f"({computed.program}), so the rule deny: {rules[0].text} cannot be checked.",
+            )
         return None
 
     def _asked(self, tool: Tool, spellings: CommandSpellings) -> HookDecision | None:
@@ -435,6 +449,11 @@ def _with_pattern(rules: Sequence[Rule]) -> list[Rule]:
 
 def _bare(rules: Sequence[Rule]) -> list[Rule]:
     return [rule for rule in rules if rule.pattern is None]
+
+
+def _computed(program: str) -> bool:
+    """Whether a command's program name is an expansion bash makes when it runs."""
+    return "$" in program or "`" in program
 
 
 def _matching_rule(

@@ -54,7 +54,7 @@ from bot.permissions.inner_commands import (
     shell_script_argument,
     xargs_command,
 )
-from bot.permissions.wrappers import wrapper_script
+from bot.permissions.wrappers import git_scripts, wrapper_script
 
 __all__ = [
     "SHELL_PROGRAMS",
@@ -529,6 +529,9 @@ def _derived_scripts(
         return [script(text) for text in texts]
     if program == "eval" and args:
         return [script(" ".join(args))]
+    if program == "git":
+        # Unparsable alias code asks through the danger check's parse error, as any does.
+        return [script(text) for text in git_scripts(tuple(args))]
     if program == "xargs":
         return [run(xargs_command(args), open_ended=True)]
     if program == "find":

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from bot.permissions.bash_tree import CommandParseError
 from bot.permissions.options import skip_options
 
-__all__ = ["HARMLESS_WRAPPERS", "WRAPPERS", "WrapperHandler", "wrapper_script"]
+__all__ = ["HARMLESS_WRAPPERS", "WRAPPERS", "WrapperHandler", "git_scripts", "wrapper_script"]
 
 WrapperHandler = Callable[[tuple[str, ...]], tuple[str, ...] | None]
 """Given a wrapper's arguments, the command it runs, or None when it runs none."""
@@ -264,6 +264,64 @@ def wrapper_script(program: str, args: tuple[str, ...]) -> str | None:
     if program == "coproc":
         return _coproc_compound(args)
     return None
+
+
+# Configuration keys whose value git runs as a shell command (`-c KEY=VALUE`).
+_GIT_COMMAND_KEYS = frozenset(
+    {"core.pager", "core.sshcommand", "core.fsmonitor", "core.editor", "core.askpass",
+     "sequence.editor", "diff.external", "gpg.program", "gpg.ssh.program", "pager.log",
+     "pager.diff", "pager.show", "pager.branch", "pager.status", "interactive.difffilter"}
+)  # fmt: skip
+# Subcommand options whose value git runs as a shell command.
+_GIT_COMMAND_OPTIONS = {
+    "rebase": ("-x", "--exec"),
+    "difftool": ("-x", "--extcmd"),
+    "filter-branch": ("--env-filter", "--tree-filter", "--index-filter", "--msg-filter",
+                      "--commit-filter", "--tag-name-filter", "--parent-filter"),
+}  # fmt: skip
+
+
+def git_scripts(args: tuple[str, ...]) -> list[str]:
+    """The shell code ``git ARGS`` runs: aliases and programs set with ``-c``, ``rebase
+    --exec``, ``difftool -x``, ``filter-branch`` filters, ``submodule foreach``, ``bisect
+    run`` (whose words are a command, given here as one line).
+    """
+    scripts: list[str] = []
+    index = 0
+    while index < len(args) and args[index].startswith("-"):
+        word = args[index]
+        value = None
+        if word == "-c" and index + 1 < len(args):
+            value = args[index + 1]
+            index += 1
+        elif word.startswith("-c") and len(word) > 2:
+            value = word[2:]
+        index += 1
+        if value is None or "=" not in value:
+            continue
+        key, code = value.split("=", 1)
+        key = key.lower()
+        if key.startswith("alias.") and code.startswith("!"):
+            scripts.append(code[1:])
+        elif key in _GIT_COMMAND_KEYS or (key.startswith("credential") and code.startswith("!")):
+            scripts.append(code.removeprefix("!"))
+    if index >= len(args):
+        return scripts
+    sub, rest = args[index], args[index + 1 :]
+    for option in _GIT_COMMAND_OPTIONS.get(sub, ()):
+        for position, word in enumerate(rest):
+            if word == option and position + 1 < len(rest):
+                scripts.append(rest[position + 1])
+            elif word.startswith(option + "=") or (
+                len(option) == 2 and word.startswith(option) and len(word) > 2
+            ):
+                scripts.append(word.split("=", 1)[1] if "=" in word else word[2:])
+    operands = [word for word in rest if not word.startswith("-")]
+    if sub == "submodule" and "foreach" in operands:
+        scripts += operands[operands.index("foreach") + 1 :][:1]
+    if sub == "bisect" and operands[:1] == ["run"]:
+        scripts.append(shlex.join(operands[1:]))
+    return [script for script in scripts if script.strip()]
 
 
 def _dash_c(args: tuple[str, ...]) -> str | None:

@@ -73,6 +73,17 @@ DENIED = [
     "xargs -0 rm -f < list.txt",
     "find . -name '*.tmp' -exec rm {} +",
     "env -S 'rm -rf src'",
+    # git runs shell code from its configuration and some options
+    "git -c alias.x='!rm -rf src' x",
+    "git -c core.pager='rm -rf src' log",
+    "git -c core.sshCommand='rm -rf src' fetch origin",
+    "git -c credential.helper='!rm -rf src' fetch",
+    "git rebase --exec 'rm -rf src' HEAD~1",
+    "git rebase -x 'rm -rf src' HEAD~1",
+    "git submodule foreach 'rm -rf src'",
+    "git bisect run rm -rf src",
+    "git difftool -x 'rm -rf src' HEAD",
+    "git filter-branch --tree-filter 'rm -rf src' HEAD",
 ]
 
 # Harm without a deny rule: danger patterns must see it through the wrapper.
@@ -96,6 +107,12 @@ DOUBTFUL = [
     # a false alarm by design: pytest's `-k rm tests` reads like `rm tests` to a reader
     # that does not know pytest, and a person answers it
     "pytest -k rm tests",
+    # programs named only when the command runs
+    "$(echo rm) -rf src",
+    "x=rm; $x -rf src",
+    "`echo rm` -rf src",
+    # a program that adds arguments of its own to a tail
+    "cat list | parallel -j4 rm",
 ]
 
 HARMLESS = [
@@ -201,3 +218,18 @@ def test_tails_of_tails_are_not_multiplied(repo: Workspace) -> None:
     assert len(segments) == 31
     decision = decide(repo, "mytool " + " ".join(["ls"] * 2000))
     assert decision.action in ("allow", "ask")
+
+
+def test_a_computed_program_asks_only_where_a_deny_rule_could_apply(repo: Workspace) -> None:
+    computed = '"$PYTHON" -m pytest'
+    assert decide(repo, computed).action == "ask"
+    no_denies = PermissionRules.parse(allow=["bash"])
+    assert decide(repo, computed, no_denies).action == "allow"
+
+
+def test_git_s_own_shell_code_reaches_the_danger_patterns(repo: Workspace) -> None:
+    rules = PermissionRules.parse(allow=["bash"])
+    for command in ("git -c alias.x='!git clean -fdx' x", "git rebase -x 'rm -rf src' HEAD~1"):
+        decision = decide(repo, command, rules)
+        assert decision.action == "ask", command
+        assert decision.risk in ("git-clean", "recursive-delete"), decision
