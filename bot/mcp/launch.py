@@ -6,7 +6,10 @@ streams a `ClientSession` talks over. What the server is given is decided here:
 
 - stdio: bwrap runs `command` with the server's `env` (`${NAME}` expanded) plus PATH,
   HOME (the sandbox's empty home) and LANG, and nothing else of Baton's environment;
-  the host's system directories and `paths` read-only, no network unless `network`.
+  the host's system directories, the commands' minimal /etc and `paths` read-only, no
+  network unless `network`, and the commands' seccomp filter (no setuid or setgid
+  files, see `bot.sandbox.seccomp`; none where libseccomp is missing, as for commands,
+  and the sandbox's `reason` says so).
 - HTTP: Baton calls `url` with `headers` (`${NAME}` expanded).
 
 Neither ever carries one of Baton's own secrets: a name is refused when the config is
@@ -16,6 +19,7 @@ read (`bot.config.SECRET_VARIABLES`), a value here, whatever variable it came fr
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -31,12 +35,20 @@ from bot.errors import BatonError
 from bot.redaction import MIN_SECRET_LENGTH
 from bot.sandbox import SANDBOX_HOME, Sandbox
 from bot.sandbox.environment import DEFAULT_PATH
-from bot.sandbox.profile import build_server_profile
+from bot.sandbox.profile import build_server_profile, etc_entries
+from bot.sandbox.runner import SECCOMP_FILE
+
+logger = logging.getLogger(__name__)
 
 # A Streamable HTTP server's answers may stream for a while; connecting may not.
 HTTP_CONNECT_S = 10.0
 # What stdio_client adds to every server's environment, taken out again in the sandbox.
 _SDK_DEFAULTS = ("LOGNAME", "SHELL", "TERM", "USER")
+# The host's shell, which opens the seccomp filter for bwrap (see `_with_filter`), and
+# the descriptor it opens it on (the first after stdin, stdout and stderr: the SDK's
+# process starts with no other).
+HOST_SHELL = "/bin/sh"
+FILTER_FD = 3
 
 Transport = AbstractAsyncContextManager[Any]
 Opener = Callable[[TextIO | None, Sandbox], Transport]
@@ -111,25 +123,53 @@ def stdio_transport(
         "LANG": environ.get("LANG", "C.UTF-8"),
         **expand(config.env, environ, secrets, f"mcp_servers.{name}.env"),
     }
-    empty = sandbox.private_files() / "empty"
+    private = sandbox.private_files()
     profile = build_server_profile(
         paths=[p.resolve() for p in config.paths],
         masked=masked,
         network=config.network,
-        empty_file=empty,
+        empty_file=private / "empty",
+        # Bound, not copied: the SDK hands bwrap no descriptors (see `_with_filter`).
+        etc=etc_entries(private / "etc", config.network),
         user_namespace=sandbox.user_namespace,
     )
     # The SDK adds a few of Baton's own variables (who runs it, its shell): not inside.
     unset = [item for variable in _SDK_DEFAULTS for item in ("--unsetenv", variable)]
+    argv = _with_filter(
+        [str(sandbox.binary), *profile, *unset], ["--", *config.command], sandbox, name
+    )
     parameters = StdioServerParameters(
-        command=str(sandbox.binary),
-        args=[*profile, *unset, "--", *config.command],
+        command=argv[0],
+        args=argv[1:],
         env=env,
         cwd="/",
         # One bad byte must not silently stop the reader (the default is strict).
         encoding_error_handler="replace",
     )
     return stdio_client(parameters, errlog=errlog)
+
+
+def _with_filter(bwrap: list[str], tail: list[str], sandbox: Sandbox, name: str) -> list[str]:
+    """bwrap's command line for a server, started so that bwrap installs the seccomp filter.
+
+    bwrap takes the filter only on a file descriptor (`--seccomp FD`), and the SDK's
+    `stdio_client` starts the server with `anyio.open_process` without `pass_fds`: the
+    child keeps stdin, stdout and stderr and nothing else, so a descriptor Baton opens
+    (as `Sandbox.command` does for commands) never reaches bwrap, and starting the
+    process ourselves would mean copying the SDK's transport. So the host's `/bin/sh`
+    opens the filter's file (`Sandbox.private_files()`, written by Baton, read-only to
+    all) on `FILTER_FD` and execs bwrap (same process, so the SDK's signals reach it),
+    which reads the filter, closes the descriptor and installs the filter just before
+    the server starts. The paths travel as arguments, never inside the script, so
+    nothing needs quoting. Without libseccomp there is no filter: bwrap is started
+    directly, as commands then run, and the sandbox's `reason` says so.
+    """
+    if sandbox.seccomp_filter is None:
+        logger.warning("MCP server %s runs without a seccomp filter: %s", name, sandbox.reason)
+        return [*bwrap, *tail]
+    script = f'exec "$@" {FILTER_FD}<"$0"'
+    filter_file = sandbox.private_files() / SECCOMP_FILE
+    return [HOST_SHELL, "-c", script, str(filter_file), *bwrap, "--seccomp", str(FILTER_FD), *tail]
 
 
 def http_transport(

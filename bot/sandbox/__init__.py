@@ -2,11 +2,17 @@
 
 from bot.sandbox.environment import minimal_environment
 from bot.sandbox.identity import run_as
-from bot.sandbox.policy import PROTECTED_NAMES, SandboxPolicy, sqlite_companions
+from bot.sandbox.policy import (
+    GIT_STATE_NAMES,
+    PROTECTED_NAMES,
+    SandboxPolicy,
+    sqlite_companions,
+)
 from bot.sandbox.profile import SANDBOX_HOME, Profile, build_profile
 from bot.sandbox.runner import Sandbox, find_bwrap, find_prlimit
 
 __all__ = [
+    "GIT_STATE_NAMES",
     "PROTECTED_NAMES",
     "SANDBOX_HOME",
     "Profile",

@@ -27,6 +27,14 @@ PROTECTED_FILE_NAMES = (".git/config", ".git/config.worktree")
 # creates (`echo ../evil > .git/commondir` points git at another config, whose
 # `core.fsmonitor` the operator's next `git status` would run) is removed after it.
 REMOVED_IF_CREATED_NAMES = (".git/commondir",)
+# git's state for work in progress: a rebase's todo list (`exec` lines run programs),
+# `git am`'s, and cherry-pick's or revert's. What a command leaves there, the
+# operator's next `git rebase --continue` (or `cherry-pick --continue`) on the host
+# acts on. No placeholder may hold them: git takes the mere existence of
+# `.git/rebase-merge` for a rebase in progress, and an existing `.git/sequencer` stops
+# cherry-pick and revert. So one that exists when a call starts (the operator's own
+# rebase) is read-only; one that does not is moved aside after the call if it made it.
+GIT_STATE_NAMES = (".git/rebase-merge", ".git/rebase-apply", ".git/sequencer")
 # Directories bound onto themselves (still writable) so they cannot be renamed away:
 # without them `.git` is no repository, and git would take the workspace itself for a
 # bare repository with a config the command wrote.
@@ -67,6 +75,11 @@ class SandboxPolicy:
         removed_if_created: Paths no call may leave behind: whatever stands there
             when a call ends is removed (see `Sandbox.command`), also when it was
             there before (another call, running at the same time, may have made it).
+        set_aside_if_created: Paths a call may use but not leave behind, and not
+            change when they already exist: read-only then (list them in `read_only`
+            too); when missing as a call starts, whatever stands there when it ends
+            is moved aside to a name git ignores (see `Sandbox.command`), never
+            deleted, so nothing of the operator's is lost.
         pinned: Directories that stay writable but cannot be renamed or removed.
         heads: git `HEAD` files a call may change but not break: one that no longer
             names a branch or a commit when the call ends gets its old content back
@@ -80,6 +93,7 @@ class SandboxPolicy:
     network: bool = False
     files: tuple[Path, ...] = ()
     removed_if_created: tuple[Path, ...] = ()
+    set_aside_if_created: tuple[Path, ...] = ()
     heads: tuple[Path, ...] = ()
     pinned: tuple[Path, ...] = ()
 
@@ -102,7 +116,7 @@ class SandboxPolicy:
         and shared-memory files.
         """
         root = workspace.expanduser().resolve()
-        protected = [root / name for name in PROTECTED_NAMES]
+        protected = [root / name for name in (*PROTECTED_NAMES, *GIT_STATE_NAMES)]
         protected += [_real(p) for p in read_only]
         hidden = [_real(p) for p in masked]
         for database in map(_real, databases):
@@ -114,6 +128,7 @@ class SandboxPolicy:
             network=network,
             files=tuple(root / name for name in PROTECTED_FILE_NAMES),
             removed_if_created=tuple(root / name for name in REMOVED_IF_CREATED_NAMES),
+            set_aside_if_created=tuple(root / name for name in GIT_STATE_NAMES),
             heads=(root / ".git" / "HEAD",),
             pinned=tuple(root / name for name in PINNED_NAMES),
         )

@@ -10,9 +10,21 @@ The profile, in the order bwrap applies it:
   UTS and (when possible) cgroup namespaces, a new network namespace unless the
   policy allows the network; `--die-with-parent`, `--new-session` and every
   capability dropped;
-- the system, read-only: /usr, /bin, /sbin, /lib*, /etc and /opt (symlinked /bin and
-  /lib stay symlinks); the host's password hashes, SSH host keys and TLS private
-  keys are masked, since Baton may run as root;
+- the system, read-only: /usr, /bin, /sbin, /lib* and /opt (symlinked /bin and /lib
+  stay symlinks);
+- a synthetic /etc: a tmpfs, read-only once filled (see below), holding only what
+  programs need.
+  Baton's own `passwd` and `group` (root, nobody and, when commands run as another
+  uid, `sandbox`), `hosts` naming only loopback addresses, `hostname` and
+  `nsswitch.conf`, written by the runner (`etc_files`); and from the host, read-only,
+  the entries of `ETC_FROM_HOST` that exist (certificates, the loader's cache,
+  alternatives, locale and time zone, and data that packages ship for their programs),
+  `resolv.conf` only with the network; links stay links. The runner has small files
+  that all may read copied in for each call (`--file`, which costs bwrap far less than
+  a mount); directories and the rest are bound. So the host's users, host names,
+  password hashes, SSH keys and other configuration are not there at all; private key
+  directories inside the certificates (`/etc/ssl/private`) are masked. The UTS
+  namespace's host name is `SANDBOX_HOSTNAME`;
 - a fresh /proc for the new PID namespace with the kernel's knobs read-only: all of
   /proc/sys (a root command could otherwise set the host's sysctls, core_pattern
   among them, or register a binfmt_misc interpreter), /proc/sysrq-trigger and the
@@ -29,8 +41,11 @@ The profile, in the order bwrap applies it:
   read-only directory (an empty file for the policy's `files`), a masked one the empty
   file: the command cannot create it. bwrap creates these mount points on the host;
   the caller removes them after the call. The policy's `removed_if_created` paths
-  (`.git/commondir`, which no placeholder can hold) are the runner's job, after the call;
-- the sandbox's own root made read-only last;
+  (`.git/commondir`, which no placeholder can hold) are the runner's job, after the
+  call, and so are its missing `set_aside_if_created` ones (git's rebase and sequencer
+  state: git reads the mere existence of a placeholder as a rebase in progress); when
+  those exist, they are read-only like the rest;
+- /etc, then the sandbox's own root, made read-only last;
 - a seccomp filter (`--seccomp`, built by `bot.sandbox.seccomp`, passed by the
   runner), installed by bwrap just before the command: no call may set a setuid or
   setgid bit (chmod and its kin, or the mode of a file it creates), nor an extended
@@ -52,10 +67,11 @@ later runs).
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import stat
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,15 +79,73 @@ from bot.errors import WorkspaceError
 from bot.sandbox.policy import SandboxPolicy
 
 SANDBOX_HOME = Path("/home/sandbox")
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
-# Secrets of the host system that a process running as root could read.
+# What `hostname` says in the sandbox, and the name `passwd` gives a uid other than root.
+SANDBOX_HOSTNAME = "sandbox"
+SANDBOX_USER = "sandbox"
+# The overflow uid and gid: who owns what a user namespace does not map.
+NOBODY = 65534
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
+ETC = Path("/etc")
+# Written by Baton (`etc_files`), never the host's: they name the host's users, groups
+# and machines.
+ETC_SYNTHETIC = ("passwd", "group", "hosts", "hostname", "nsswitch.conf")
+# From the host, read-only, where present (a name may be a glob): nothing in them names
+# the host's users or machines, and common programs fail or misbehave without them.
+ETC_FROM_HOST = (
+    # Certificates and the TLS libraries' settings (RHEL's crypto-policies too).
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "pki",
+    "crypto-policies",
+    # The dynamic loader's cache and search path.
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    # Debian's /usr/bin/awk, java, editor ... resolve through these links.
+    "alternatives",
+    # Locale and time zone.
+    "localtime",
+    "timezone",
+    "locale.alias",
+    "locale.conf",
+    "default/locale",
+    # Name service data that names no host: protocol and port numbers, resolver order.
+    "protocols",
+    "services",
+    "rpc",
+    "gai.conf",
+    "host.conf",
+    # Which distribution this is (pip, package managers and build scripts ask).
+    "os-release",
+    "lsb-release",
+    "debian_version",
+    "redhat-release",
+    "system-release",
+    "alpine-release",
+    # What packages ship for their programs: MIME types (Python's mimetypes), Perl's
+    # and Python's site settings (Debian's sitecustomize links here), the JDK's
+    # configuration (its `conf` links here), fontconfig, ImageMagick's security
+    # policy, XML catalogues; and the link to the mount table (`df`).
+    "mime.types",
+    "perl",
+    "python3",
+    "python3.*",
+    "java-*",
+    "fonts",
+    "ImageMagick-*",
+    "xml",
+    "mtab",
+)
+# Only with the network: where the DNS servers are.
+ETC_WITH_NETWORK = ("resolv.conf",)
+# Private keys kept beside the certificates (RHEL's subscription keys too), hidden even
+# though the directory holding them is shown.
 SYSTEM_SECRETS = (
-    "/etc/shadow",
-    "/etc/shadow-",
-    "/etc/gshadow",
-    "/etc/gshadow-",
-    "/etc/ssh/ssh_host_*_key",
     "/etc/ssl/private",
+    "/etc/pki/*/private",
+    "/etc/pki/consumer",
+    "/etc/pki/entitlement",
 )
 # Where systemd-resolved keeps resolv.conf; /etc/resolv.conf often links there.
 RESOLVER_DIR = "/run/systemd/resolve"
@@ -109,6 +183,7 @@ def build_profile(
     policy: SandboxPolicy,
     *,
     empty_file: Path,
+    etc: Sequence[EtcEntry],
     held: Collection[Path] = (),
     git_config: Path | None = None,
     user_namespace: bool = True,
@@ -118,10 +193,13 @@ def build_profile(
     Args:
         policy: What the command may see and change.
         empty_file: An empty host file nobody else writes, bound over masked files.
+        etc: What the sandbox's /etc holds (`etc_entries`: Baton's synthetic files
+            and the host's entries for the policy's network).
         git_config: A host file shown read-only as the home's `.gitconfig` (the
             identity commits made in the sandbox carry, unless the repository names one).
-        held: Placeholders another running call created; they count as missing, so
-            this call masks them too instead of treating them as the user's files.
+        held: Paths another running call made or may still make (placeholders, git's
+            in-progress state it started without); they count as missing, so this
+            call treats them as that call does instead of as the user's files.
         user_namespace: Whether to give the command a user namespace; False only
             where the probe found the kernel or container refusing one.
 
@@ -130,14 +208,16 @@ def build_profile(
             symbolic link. A link cannot be made read-only (mounts follow it, and the
             command could replace it), so the call is refused rather than run open.
     """
-    workspace = _WorkspaceMounts(policy, frozenset(held), empty_file)
+    workspace = _WorkspaceMounts(policy, frozenset(held), empty_file, etc)
     arguments = [
         *_namespaces(policy.network, user_namespace),
-        *_system(empty_file),
+        *_system(etc, empty_file),
         *_scratch(git_config),
         *(_resolver() if policy.network else []),
         *_bind("--bind", policy.workspace),
         *workspace.arguments(),
+        # Not the workspace's own mount, if it is /etc (etckeeper's checkout).
+        *(_read_only_etc() if policy.workspace != ETC else []),
         "--remount-ro",
         "/",
         "--chdir",
@@ -150,21 +230,155 @@ def _namespaces(network: bool, user_namespace: bool) -> list[str]:
     # bwrap's default mapping keeps the caller's uid and gid inside the namespace.
     options = ["--unshare-user"] if user_namespace else []
     options += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    options += ["--hostname", SANDBOX_HOSTNAME]
     options += [] if network else ["--unshare-net"]
     return [*options, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
 
 
-def _system(empty_file: Path) -> list[str]:
+def _system(etc: Sequence[EtcEntry], empty_file: Path) -> list[str]:
     options: list[str] = []
     for directory in SYSTEM_DIRS:
         if os.path.islink(directory):
             options += ["--symlink", os.readlink(directory), directory]
         elif os.path.isdir(directory):
             options += _bind("--ro-bind", Path(directory))
+    return [*options, *_etc(etc, empty_file)]
+
+
+def _etc(entries: Sequence[EtcEntry], empty_file: Path) -> list[str]:
+    """A tmpfs at /etc holding `entries`.
+
+    The caller makes it read-only (`_read_only_etc`) once every mount point in it is
+    made: a workspace or a server's path may lie under /etc.
+    """
+    options = ["--tmpfs", str(ETC)]
+    for entry in entries:
+        if entry.at.parent != ETC:
+            # bwrap would make it 0700, unreadable where the command is not its owner.
+            options += ["--dir", str(entry.at.parent)]
+        if entry.link is not None:
+            options += ["--symlink", entry.link, str(entry.at)]
+        elif entry.fd is not None:
+            options += ["--perms", "0444", "--file", str(entry.fd), str(entry.at)]
+        else:
+            options += ["--ro-bind", str(entry.source), str(entry.at)]
     for pattern in SYSTEM_SECRETS:
         for secret in sorted(glob.glob(pattern)):
-            options += _mask(Path(secret), empty_file)
+            # Where it really is: /etc/ssl may be a link into /usr, shown as it is.
+            at = _system_location(Path(os.path.realpath(secret)), entries)
+            if at is not None:
+                options += _mask(at, empty_file)
     return options
+
+
+def _read_only_etc() -> list[str]:
+    # A tmpfs left writable would let a command plant files (an `ld.so.preload`)
+    # that its own programs then read.
+    return ["--remount-ro", str(ETC)]
+
+
+@dataclass(frozen=True)
+class EtcEntry:
+    """One entry of the sandbox's /etc: `source` bound read-only at `at`; or, when
+    `link` is set, a symbolic link (to `source`); or, when `fd` is set, a read-only
+    copy of what that open descriptor of `source` holds, which bwrap writes into the
+    tmpfs (`--file`): cheaper than a mount, for the runner's small files."""
+
+    at: Path
+    source: Path
+    link: str | None = None
+    fd: int | None = None
+
+
+def etc_entries(synthetic: Path, network: bool) -> list[EtcEntry]:
+    """Everything the sandbox's /etc holds: Baton's `ETC_SYNTHETIC` files, written in
+    the host directory `synthetic` (see `etc_files`), then the host's (`host_etc`)."""
+    files = [EtcEntry(at=ETC / name, source=synthetic / name) for name in ETC_SYNTHETIC]
+    return [*files, *host_etc(network)]
+
+
+def host_etc(network: bool, *, host: Path = ETC) -> list[EtcEntry]:
+    """The entries of `ETC_FROM_HOST` (and `ETC_WITH_NETWORK`) present in `host`'s /etc.
+
+    A link stays a link when what it points to is shown in the sandbox (a system
+    directory, /proc, another entry, systemd-resolved's directory with the network);
+    else what it points to is bound in its place (a `resolv.conf` that links into
+    /run/resolvconf), or nothing when it dangles. `host` is another directory laid
+    out like /etc only in tests.
+    """
+    names = [*ETC_FROM_HOST, *(ETC_WITH_NETWORK if network else ())]
+    found = _present(host, names)
+    bound = [host / name for name, link in found if not link]
+    entries = [EtcEntry(at=ETC / name, source=host / name) for name, link in found if not link]
+    # Where the sandbox shows the host's files at their own paths.
+    shown = [Path(d) for d in SYSTEM_DIRS if os.path.isdir(d)]
+    shown += [Path("/proc"), *bound, *([Path(RESOLVER_DIR)] if network else [])]
+    for name, link in found:
+        if not link:
+            continue
+        real = Path(os.path.realpath(host / name))
+        if any(real.is_relative_to(place) for place in shown):
+            entries.append(EtcEntry(at=ETC / name, source=real, link=os.readlink(host / name)))
+        elif real.exists():
+            entries.append(EtcEntry(at=ETC / name, source=real))
+    return entries
+
+
+def _present(host: Path, names: Sequence[str]) -> list[tuple[str, bool]]:
+    """Each of `names` (globs too) present in `host`, with whether it is a link.
+
+    One listing of the directory, which also tells links apart, rather than a lookup
+    per name: this runs for every call.
+    """
+    with os.scandir(host) as listing:
+        links = {entry.name: entry.is_symlink() for entry in listing}
+    found: list[tuple[str, bool]] = []
+    for name in names:
+        if glob.has_magic(name):
+            found += [(match, links[match]) for match in sorted(fnmatch.filter(links, name))]
+        elif "/" not in name:
+            found += [(name, links[name])] if name in links else []
+        elif name.partition("/")[0] in links and os.path.lexists(host / name):
+            found.append((name, os.path.islink(host / name)))
+    return found
+
+
+def _where_shown(path: Path, shown: Sequence[EtcEntry]) -> Path | None:
+    """Where the sandbox shows the host's `path` under /etc, or None where it does not."""
+    for entry in shown:
+        if entry.link is None and path.is_relative_to(entry.source):
+            return entry.at / path.relative_to(entry.source)
+    return None
+
+
+def etc_files(uid: int, gid: int) -> dict[str, str]:
+    """The synthetic `ETC_SYNTHETIC` files for commands running as `uid` and `gid`.
+
+    Users root and nobody, groups root and nogroup, and when the command runs as
+    another uid (the workspace's owner, or Baton's own uid when Baton is not root),
+    `SANDBOX_USER` with that uid, its group, and the sandbox's home: `id`, `whoami`,
+    `ls -l` and git then name users without reading the host's password database.
+    """
+    users = ["root:x:0:0:root:/root:/bin/sh", "nobody:x:65534:65534:nobody:/nonexistent:/bin/false"]
+    groups = ["root:x:0:", "nogroup:x:65534:"]
+    if uid not in (0, NOBODY):
+        users.append(f"{SANDBOX_USER}:x:{uid}:{gid}:Baton sandbox:{SANDBOX_HOME}:/bin/sh")
+    if gid not in (0, NOBODY):
+        groups.append(f"{SANDBOX_USER}:x:{gid}:")
+    return {
+        "passwd": "".join(f"{line}\n" for line in users),
+        "group": "".join(f"{line}\n" for line in groups),
+        "hosts": (
+            f"127.0.0.1\tlocalhost\n127.0.1.1\t{SANDBOX_HOSTNAME}\n"
+            "::1\tlocalhost ip6-localhost ip6-loopback\n"
+        ),
+        "hostname": f"{SANDBOX_HOSTNAME}\n",
+        "nsswitch.conf": (
+            "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n"
+            "networks: files\nprotocols: files\nservices: files\nrpc: files\n"
+            "ethers: files\nnetgroup: files\n"
+        ),
+    }
 
 
 def _scratch(git_config: Path | None) -> list[str]:
@@ -203,18 +417,26 @@ def _empty_directory(path: Path) -> list[str]:
 class _WorkspaceMounts:
     """The mounts that keep a policy's paths inside the workspace as the policy says."""
 
-    def __init__(self, policy: SandboxPolicy, held: frozenset[Path], empty_file: Path) -> None:
+    def __init__(
+        self,
+        policy: SandboxPolicy,
+        held: frozenset[Path],
+        empty_file: Path,
+        etc: Sequence[EtcEntry],
+    ) -> None:
         self.root = policy.workspace
         self.held = held
         self.empty_file = empty_file
+        self.etc = etc
         self.masked = [p for p in policy.masked if self._inside(p)]
-        # A path no placeholder may hold (git dies on an empty `.git/commondir`) is
-        # protected only when it exists; when it does not, the runner removes it after
-        # the call if the command made it.
+        # A path no placeholder may hold (git dies on an empty `.git/commondir`, and
+        # takes an empty `.git/rebase-merge` for a rebase in progress) is protected only
+        # when it exists; when it does not, the runner deals with what the call made.
+        unheld = {*policy.removed_if_created, *policy.set_aside_if_created}
         self.read_only = [
             p
             for p in policy.read_only
-            if self._inside(p) and not (p in policy.removed_if_created and self._missing(p))
+            if self._inside(p) and not (p in unheld and self._missing(p))
         ]
         self.files = frozenset(policy.files)
         self.pinned = [p for p in policy.pinned if self._inside(p)]
@@ -239,8 +461,8 @@ class _WorkspaceMounts:
         for path in sorted(mounts, key=_depth):
             options += mounts[path]
         for path in self.outside_masked:
-            if _visible_system_path(path):
-                options += _mask(path, self.empty_file)
+            if (at := _system_location(path, self.etc)) is not None:
+                options += _mask(at, self.empty_file)
         return options
 
     def _walk(self, path: Path) -> Iterator[tuple[Path, str]]:
@@ -291,12 +513,15 @@ class _WorkspaceMounts:
         return path != self.root and path.is_relative_to(self.root)
 
 
-def _visible_system_path(path: Path) -> bool:
-    """Whether `path` exists under a system directory every sandbox shows."""
+def _system_location(path: Path, etc: Sequence[EtcEntry]) -> Path | None:
+    """Where the sandbox shows the host's existing `path`, in a system directory or
+    one of /etc's entries; None when it does not show it."""
     if not os.path.lexists(path):
-        return False
+        return None
     mounted = [Path(d) for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
-    return any(path.is_relative_to(d) for d in mounted)
+    if any(path.is_relative_to(d) for d in mounted):
+        return path
+    return _where_shown(path, etc)
 
 
 def _depth(path: Path) -> int:
@@ -320,26 +545,29 @@ def build_server_profile(
     masked: Collection[Path],
     network: bool,
     empty_file: Path,
+    etc: Sequence[EtcEntry],
     user_namespace: bool = True,
 ) -> tuple[str, ...]:
     """bwrap's options for a long-running MCP server (see `bot.mcp.launch`).
 
-    The same namespaces, system directories and empty scratch as a command's, but no
-    workspace: the server sees only `paths`, read-only (its interpreter and files), and
-    works in the empty home. Any of `masked` (Baton's state directory, config and
-    database) that it would see, in one of them or in a system directory, is hidden.
-    Nothing of the host is writable, so no file it makes outlives it.
+    The same namespaces, system directories, minimal /etc (`etc`, as for
+    `build_profile`) and empty scratch as a command's, but no workspace: the server
+    sees only `paths`, read-only (its interpreter and files), and works in the empty
+    home. Any of `masked` (Baton's state directory, config and database) that it would
+    see, in one of them or in a system directory, is hidden. Nothing of the host is
+    writable, so no file it makes outlives it.
     """
     arguments = [
         *_namespaces(network, user_namespace),
-        *_system(empty_file),
+        *_system(etc, empty_file),
         *_scratch(None),
         *(_resolver() if network else []),
     ]
     for path in paths:
         arguments += _bind("--ro-bind", path)
     for path in masked:
-        inside = any(path.is_relative_to(p) for p in paths) and os.path.lexists(path)
-        if inside or _visible_system_path(path):
+        if any(path.is_relative_to(p) for p in paths) and os.path.lexists(path):
             arguments += _mask(path, empty_file)
-    return (*arguments, "--remount-ro", "/", "--chdir", str(SANDBOX_HOME))
+        elif (at := _system_location(path, etc)) is not None:
+            arguments += _mask(at, empty_file)
+    return (*arguments, *_read_only_etc(), "--remount-ro", "/", "--chdir", str(SANDBOX_HOME))

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import errno
 import logging
 import os
 import re
 import shutil
 import stat
 import tempfile
+import time
 import weakref
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,16 +25,36 @@ from bot.sandbox import seccomp
 from bot.sandbox.environment import DEFAULT_PATH, minimal_environment
 from bot.sandbox.identity import process_headroom, process_limit, run_as
 from bot.sandbox.policy import SandboxPolicy
-from bot.sandbox.profile import SANDBOX_HOME, SYSTEM_DIRS, build_profile, is_placeholder
+from bot.sandbox.profile import (
+    SANDBOX_HOME,
+    SYSTEM_DIRS,
+    EtcEntry,
+    build_profile,
+    etc_entries,
+    etc_files,
+    is_placeholder,
+)
 from bot.sandbox.seccomp import filter_bytes, filter_fd
 
 logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 10.0
 GIT_IDENTITY = "[user]\n\tname = Baton\n\temail = baton@localhost\n"
-# The seccomp filter's file for the call whose `command` block the current task (each
-# asyncio task has its own context) is in: `credentials` passes it to bwrap.
-_filter_fd: ContextVar[int | None] = ContextVar("baton_sandbox_filter_fd", default=None)
+# In `private_files()`: the seccomp filter as a file.
+SECCOMP_FILE = "seccomp.bpf"
+# What git takes each `set_aside_if_created` name for (see `bot.sandbox.policy`).
+GIT_STATE_KINDS = {
+    "rebase-merge": "a rebase",
+    "rebase-apply": "a rebase or `git am`",
+    "sequencer": "a cherry-pick or revert",
+}
+# The descriptors bwrap reads (the seccomp filter's, the small files of /etc) for the
+# call whose `command` block the current task (each asyncio task has its own context)
+# is in: `credentials` passes them to bwrap.
+_passed_fds: ContextVar[tuple[int, ...]] = ContextVar("baton_sandbox_passed_fds", default=())
+# A file of /etc up to this size, readable by all, is copied into the sandbox's /etc
+# rather than bound (`EtcEntry.fd`): a mount costs bwrap far more than the copy.
+MAX_COPIED_BYTES = 256 * 1024
 
 
 def find_bwrap() -> Path | None:
@@ -104,6 +127,9 @@ class Sandbox:
         self.limiter = limiter
         self.process_headroom = process_headroom
         self._held: Counter[Path] = Counter()
+        # Of the policies' `set_aside_if_created` paths, those running calls started
+        # without: what stands there is a call's, not the operator's.
+        self._watched: Counter[Path] = Counter()
         self._private_dir: Path | None = None
         self.seccomp_filter = filter_bytes() if available else None
         if available and self.seccomp_filter is None:
@@ -242,14 +268,14 @@ class Sandbox:
         """Keyword arguments for `asyncio.create_subprocess_exec` starting bwrap.
 
         Call it inside the `command` block whose command line it starts: it passes
-        that call's seccomp filter file to bwrap (`pass_fds`). As the workspace's
+        that call's descriptors to bwrap (`pass_fds`: the seccomp filter, the small
+        files of /etc). As the workspace's
         owner: its uid and gid and no supplementary groups (root's would otherwise
         stay). Else bwrap runs as Baton does.
         """
         options: dict[str, Any] = {}
-        fd = _filter_fd.get()
-        if fd is not None:
-            options["pass_fds"] = (fd,)
+        if passed := _passed_fds.get():
+            options["pass_fds"] = passed
         if self.run_as is not None:
             uid, gid = self.run_as
             options.update(user=uid, group=gid, extra_groups=[])
@@ -268,54 +294,89 @@ class Sandbox:
 
         Leaving the block removes the placeholders bwrap made on the host, once no
         other running call still uses them, and each of the policy's
-        `removed_if_created` paths, whenever it was made; so
-        keep the process inside the block until it and everything it started is gone.
+        `removed_if_created` paths, whenever it was made; and moves aside each of its
+        `set_aside_if_created` paths that this call (or another running call that also
+        started without it) made, once the last of those calls ends. So keep the
+        process inside the block until it and everything it started is gone.
         Each removal is logged and, when `notes` is given, described there in a line
         for the command's output. Start the command line with `credentials()`, called
-        in the block (it hands bwrap the block's own seccomp filter file, which bwrap
-        reads to its end: one per call, closed when the block is left).
+        in the block (it hands bwrap the block's own descriptors, which bwrap reads to
+        their end: the seccomp filter's and /etc's small files, opened for each call and
+        closed when the block is left).
         """
         if not self.available or self.binary is None:
             raise RuntimeError(f"no sandbox: {self.reason}")
         private = self.private_files()
-        profile = build_profile(
-            policy,
-            empty_file=private / "empty",
-            held=+self._held,
-            git_config=private / "gitconfig",
-            user_namespace=self.user_namespace,
-        )
-        # A valid HEAD is what a broken one goes back to; one already broken has
-        # nothing to go back to (the file tools cannot write it; only a person can).
-        heads = {p: head for p in policy.heads if (head := valid_head(p)) is not None}
-        fd = filter_fd(self.seccomp_filter) if self.seccomp_filter is not None else None
-        self._held.update(profile.placeholders)
-        token = _filter_fd.set(fd)
-        try:
-            options = [*profile.arguments, *(["--seccomp", str(fd)] if fd is not None else [])]
-            yield [str(self.binary), *options, "--", *self._limited(argv)]
-        finally:
-            with contextlib.suppress(ValueError):  # left in another context than entered
-                _filter_fd.reset(token)
-            if fd is not None:
-                os.close(fd)
-            self._held.subtract(profile.placeholders)
-            for path in profile.placeholders:
-                if self._held[path] <= 0:
-                    del self._held[path]
-                    _remove_placeholder(path)
-            undone = [
-                _remove_created(path) for path in policy.removed_if_created if os.path.lexists(path)
-            ]
-            undone += [
-                _restore_head(path, head)
-                for path, head in heads.items()
-                if valid_head(path) is None
-            ]
-            for note in undone:
-                logger.warning("%s", note)
-                if notes is not None:
-                    notes.append(note)
+        # Made by a call still running, or not there at all: this call's to clean up too.
+        others = {p for p in policy.set_aside_if_created if self._watched[p] > 0}
+        watched = [p for p in policy.set_aside_if_created if p in others or not os.path.lexists(p)]
+        with contextlib.ExitStack() as descriptors:
+            etc = _with_copies(etc_entries(private / "etc", policy.network), descriptors)
+            profile = build_profile(
+                policy,
+                empty_file=private / "empty",
+                etc=etc,
+                held={*(+self._held), *others},
+                git_config=private / "gitconfig",
+                user_namespace=self.user_namespace,
+            )
+            # A valid HEAD is what a broken one goes back to; one already broken has
+            # nothing to go back to (the file tools cannot write it; only a person can).
+            heads = {p: head for p in policy.heads if (head := valid_head(p)) is not None}
+            passed = [entry.fd for entry in etc if entry.fd is not None]
+            options = list(profile.arguments)
+            if self.seccomp_filter is not None:
+                fd = filter_fd(self.seccomp_filter)
+                descriptors.callback(os.close, fd)
+                passed.append(fd)
+                options += ["--seccomp", str(fd)]
+            self._held.update(profile.placeholders)
+            self._watched.update(watched)
+            token = _passed_fds.set(tuple(passed))
+            try:
+                yield [str(self.binary), *options, "--", *self._limited(argv)]
+            finally:
+                with contextlib.suppress(ValueError):  # left in another context than entered
+                    _passed_fds.reset(token)
+                self._clean_up(policy, profile.placeholders, watched, heads, notes)
+
+    def _clean_up(
+        self,
+        policy: SandboxPolicy,
+        placeholders: Sequence[Path],
+        watched: Sequence[Path],
+        heads: Mapping[Path, bytes],
+        notes: list[str] | None,
+    ) -> None:
+        """What `command` does when its block is left; see there."""
+        self._held.subtract(placeholders)
+        for path in placeholders:
+            if self._held[path] <= 0:
+                del self._held[path]
+                _remove_placeholder(path)
+        undone = [
+            _remove_created(path) for path in policy.removed_if_created if os.path.lexists(path)
+        ]
+        undone += [_set_aside(path) for path in self._unwatch(watched)]
+        undone += [
+            _restore_head(path, head) for path, head in heads.items() if valid_head(path) is None
+        ]
+        for note in undone:
+            logger.warning("%s", note)
+            if notes is not None:
+                notes.append(note)
+
+    def _unwatch(self, watched: Sequence[Path]) -> list[Path]:
+        """Of the `watched` paths a call ends with, those no running call still watches
+        and something stands at: what is left to move aside."""
+        self._watched.subtract(watched)
+        left = []
+        for path in watched:
+            if self._watched[path] <= 0:
+                self._watched.pop(path, None)
+                if os.path.lexists(path):
+                    left.append(path)
+        return left
 
     def _limited(self, argv: Sequence[str]) -> list[str]:
         """`argv` under the call's process limit, where one applies (run as the owner).
@@ -334,20 +395,99 @@ class Sandbox:
         `empty` is bound over masked files. `gitconfig` becomes the home's
         `.gitconfig`: an empty home would leave git without an identity, so commits
         made in the sandbox are Baton's unless the repository's own config names one.
+        `etc/` holds the synthetic files of the sandbox's /etc (`etc_files`: users,
+        groups, host names), for whom commands run as. `seccomp.bpf` is the seccomp
+        filter, for bwrap started where no descriptor can be handed to it (MCP
+        servers, see `bot.mcp.launch`); absent where there is no filter.
         Nothing in it is secret, and bwrap may run as the workspace's owner: the
-        directory is readable by all (0755), its files too (0444), writable by none
+        directories are readable by all (0755), the files too (0444), writable by none
         but Baton.
         """
-        if self._private_dir is None or not (self._private_dir / "gitconfig").is_file():
+        if self._private_dir is None or not (self._private_dir / "etc" / "passwd").is_file():
             directory = Path(tempfile.mkdtemp(prefix="baton-sandbox-"))
             directory.chmod(0o755)
-            (directory / "empty").touch(mode=0o444)
-            (directory / "empty").chmod(0o444)
-            (directory / "gitconfig").write_text(GIT_IDENTITY)
-            (directory / "gitconfig").chmod(0o444)
+            _write_public(directory / "empty", b"")
+            _write_public(directory / "gitconfig", GIT_IDENTITY.encode())
+            (directory / "etc").mkdir(mode=0o755)
+            (directory / "etc").chmod(0o755)
+            uid, gid = self.run_as or (os.getuid(), os.getgid())
+            for name, text in etc_files(uid, gid).items():
+                _write_public(directory / "etc" / name, text.encode())
+            if self.seccomp_filter is not None:
+                _write_public(directory / SECCOMP_FILE, self.seccomp_filter)
             weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
             self._private_dir = directory
         return self._private_dir
+
+
+def _with_copies(entries: list[EtcEntry], descriptors: contextlib.ExitStack) -> list[EtcEntry]:
+    """`entries`, each small regular file that all may read given an open descriptor
+    (closed with `descriptors`) for bwrap to copy, the rest as they were (bound).
+
+    Only what all may read: the copy is readable by all, so a file only root may read
+    stays a bind, as unreadable to a command run as the workspace's owner as on the host.
+    """
+    copied = []
+    for entry in entries:
+        fd = None if entry.link is not None else _open_small(entry.source)
+        if fd is not None:
+            descriptors.callback(os.close, fd)
+            entry = dataclasses.replace(entry, fd=fd)
+        copied.append(entry)
+    return copied
+
+
+def _open_small(path: Path) -> int | None:
+    """An open descriptor of `path` when it is a small regular file all may read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    info = os.fstat(fd)
+    small = stat.S_ISREG(info.st_mode) and info.st_size <= MAX_COPIED_BYTES
+    if small and info.st_mode & stat.S_IROTH:
+        return fd
+    os.close(fd)
+    return None
+
+
+def _write_public(path: Path, content: bytes) -> None:
+    """A new file holding `content` that all may read and none but Baton change (0444)."""
+    path.write_bytes(content)
+    path.chmod(0o444)
+
+
+def _set_aside(path: Path) -> str:
+    """Move what a sandboxed command left at `path` to a name git ignores; say so, and why.
+
+    Renamed in place (same directory, same owner, nothing copied or deleted), so an
+    operator's rebase begun on the host while the call ran can be moved back.
+    """
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    kind = GIT_STATE_KINDS.get(path.name, "a git operation")
+    try:
+        target = _free_name(path, f"{path.name}.set-aside-by-baton-{stamp}")
+        os.rename(path, target)
+    except OSError as exc:
+        return (
+            f"[Baton could not move {path} aside, which this command left: {exc}. git takes "
+            f"it for {kind} in progress; do not run `--continue` on the host before reading it]"
+        )
+    return (
+        f"[Baton moved {path}, which this command left, to {target.name}: git would take it "
+        f"for {kind} in progress, and the next `--continue` on the host would run what it "
+        "lists outside the sandbox. Nothing was deleted: a person may move it back on the "
+        "host after reading it]"
+    )
+
+
+def _free_name(path: Path, name: str) -> Path:
+    """`name` beside `path`, or with a counter after it when that is taken."""
+    for count in range(1000):
+        candidate = path.with_name(name if count == 0 else f"{name}-{count}")
+        if not os.path.lexists(candidate):
+            return candidate
+    raise FileExistsError(errno.EEXIST, "no free name beside it", str(path))
 
 
 def _remove_created(path: Path) -> str:

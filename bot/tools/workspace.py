@@ -13,9 +13,9 @@ import errno
 import os
 import stat
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bot.errors import ToolError, WorkspaceError
@@ -33,7 +33,11 @@ from bot.tools.safe_open import (
 PROTECTED_DIR = ".baton"
 # Directories and files in every workspace that make programs run for the next person
 # who types a git command there: readable, never writable by a tool.
-GIT_PROTECTED_DIRS = (".git/hooks", ".git/modules", ".git/worktrees")
+GIT_CONTROL_DIRS = (".git/hooks", ".git/modules", ".git/worktrees")
+# git's state for a rebase, `git am`, cherry-pick or revert in progress, which the next
+# `--continue` acts on (a rebase's todo list runs its `exec` lines).
+GIT_STATE_DIRS = (".git/rebase-merge", ".git/rebase-apply", ".git/sequencer")
+GIT_PROTECTED_DIRS = (*GIT_CONTROL_DIRS, *GIT_STATE_DIRS)
 # `.git` itself too: in a linked worktree (an isolated child's) it is a file naming the
 # repository, and one pointing elsewhere would make the next git command read a config
 # (filters, fsmonitor) the model wrote.
@@ -45,8 +49,16 @@ GIT_PROTECTED_FILES = (
     ".git/HEAD",
 )
 PROTECTED_MESSAGE = (
-    f"is protected: Baton's configuration, {PROTECTED_DIR}/ and git's hooks and configuration "
-    "cannot be written by any tool"
+    f"is protected: Baton's configuration, {PROTECTED_DIR}/ and git's hooks, configuration "
+    "and in-progress state cannot be written by any tool"
+)
+# What each kind of protected path is, for a refusal that names it (`Workspace._protection`).
+CONFIGURATION = "Baton's configuration"
+BATON_DIRECTORY = f"in {PROTECTED_DIR}/, Baton's own directory (agents, skills)"
+GIT_CONTROL = "part of git's hooks and configuration, which make the next git command run programs"
+GIT_STATE = (
+    "part of git's in-progress rebase, cherry-pick or revert state, which the next "
+    "`--continue` acts on"
 )
 # Walking `.baton/` for a hard-linked alias stops here; past it the file counts as protected.
 MAX_PROTECTED_SCAN = 10_000
@@ -63,6 +75,9 @@ class Guard:
     private_ids: frozenset[Identity]
     protected_ids: frozenset[Identity]
     protected_dir_ids: frozenset[Identity]
+    # Of those, the configuration's; and what each protected directory is.
+    config_ids: frozenset[Identity] = frozenset()
+    dir_kinds: Mapping[Identity, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -99,10 +114,14 @@ class Workspace:
             raise WorkspaceError(f"the workspace {root_path} is not a directory")
         self.root = root_path.resolve()
         self.protected_dir = self.root / PROTECTED_DIR
-        self.protected_dirs = (
-            self.protected_dir,
-            *(self.root / name for name in GIT_PROTECTED_DIRS),
-        )
+        # What each protected directory is, for refusals; `.baton/` and the hooks first
+        # (the only ones scanned for hard links, see `_in_protected_dir`).
+        self._dir_kinds = {
+            self.protected_dir: BATON_DIRECTORY,
+            **{self.root / name: GIT_CONTROL for name in GIT_CONTROL_DIRS},
+            **{self.root / name: GIT_STATE for name in GIT_STATE_DIRS},
+        }
+        self.protected_dirs = tuple(self._dir_kinds)
         # The operator's own protected files (the config), apart from git's, which the
         # sandbox guards in its own way (git must still write `.git/HEAD` there).
         self.given_protected_files = frozenset(
@@ -144,10 +163,17 @@ class Workspace:
 
     def guard(self) -> Guard:
         """The identities of the private and protected files as they are now."""
+        dir_kinds = {
+            ident: kind
+            for directory, kind in reversed(self._dir_kinds.items())
+            for ident in _identities([directory], lstat_too=True)
+        }
         return Guard(
             private_ids=_identities(self.private_files),
             protected_ids=_identities(self.protected_files),
-            protected_dir_ids=_identities(self.protected_dirs, lstat_too=True),
+            protected_dir_ids=frozenset(dir_kinds),
+            config_ids=_identities(self.given_protected_files),
+            dir_kinds=dir_kinds,
         )
 
     def resolve(self, path: str) -> Path:
@@ -165,7 +191,8 @@ class Workspace:
             return self._absolute(found.parts)
 
     def is_protected(self, resolved: Path) -> bool:
-        """Whether a resolved path is protected (`.baton/`, git's control files, the config).
+        """Whether a resolved path is protected (`.baton/`, git's control files and
+        in-progress state, the config).
 
         A pre-check for the permission hook, made the way the tools check (by walking
         it and comparing identities); the tools check again on what they open.
@@ -289,9 +316,17 @@ class Workspace:
         return self.root.joinpath(*parts)
 
     def refuse_private(self, path: str, found: Walk, guard: Guard) -> None:
-        """Raise `WorkspaceError` when the walked object is one of Baton's private files."""
+        """Raise `WorkspaceError` when the walked object is one of Baton's private files,
+        naming it for what it is: the configuration (private too, where the operator
+        keeps it out of the model's reach) or the database."""
         if self.is_private(found, guard):
-            raise WorkspaceError(f"{path!r} is Baton's own database; no tool may use it")
+            what = "configuration" if self._is_config(found, guard) else "own database"
+            raise WorkspaceError(f"{path!r} is Baton's {what}; no tool may use it")
+
+    def _is_config(self, found: Walk, guard: Guard) -> bool:
+        if found.stat is not None and identity(found.stat) in guard.config_ids:
+            return True
+        return self._absolute(found.parts) in self.given_protected_files
 
     def is_private(self, found: Walk, guard: Guard) -> bool:
         """Whether the walked object is one of Baton's private files, under any name."""
@@ -300,44 +335,59 @@ class Workspace:
         return self._absolute(found.parts) in self.private_files
 
     def _refuse_protected(self, path: str, found: Walk, guard: Guard) -> None:
-        if self._is_protected_walk(found, guard):
-            raise WorkspaceError(f"{path!r} {PROTECTED_MESSAGE}")
+        if (what := self._protection(found, guard)) is not None:
+            raise WorkspaceError(f"{path!r} is protected: it is {what}; no tool may write it")
 
     def _is_protected_walk(self, found: Walk, guard: Guard) -> bool:
+        return self._protection(found, guard) is not None
+
+    def _protection(self, found: Walk, guard: Guard) -> str | None:
+        """What protected thing the walked object is, under any name; None if none."""
         here = self._absolute(found.parts)
-        if any(here.is_relative_to(directory) for directory in self.protected_dirs):
-            return True
-        if self._absolute(found.parts) in self.protected_files:
-            return True
-        if any(dir_id in guard.protected_dir_ids for dir_id in found.dir_ids):
-            return True
+        if here in self.given_protected_files:
+            return CONFIGURATION
+        for directory, kind in self._dir_kinds.items():
+            if here.is_relative_to(directory):
+                return kind
+        if here in self.protected_files:
+            return GIT_CONTROL
+        for dir_id in found.dir_ids:
+            if dir_id in guard.dir_kinds:
+                return guard.dir_kinds[dir_id]
         st = found.stat
         if st is None:
-            return False
+            return None
         ident = identity(st)
-        if ident in guard.protected_ids or ident in guard.protected_dir_ids:
-            return True
-        return stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and self._in_protected_dir(ident)
+        if ident in guard.config_ids:
+            return CONFIGURATION
+        if ident in guard.protected_ids:
+            return GIT_CONTROL
+        if ident in guard.dir_kinds:
+            return guard.dir_kinds[ident]
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            return self._in_protected_dir(ident)
+        return None
 
-    def _in_protected_dir(self, ident: Identity) -> bool:
-        """Whether a hard-linked file is also a file under `.baton/` or `.git/hooks/`."""
+    def _in_protected_dir(self, ident: Identity) -> str | None:
+        """What a hard-linked file is when it is also a file under `.baton/` or `.git/hooks/`."""
         seen = 0
         for directory in self.protected_dirs[:2]:
+            kind = self._dir_kinds[directory]
             try:
                 for _, _, files, dir_fd in os.fwalk(directory, follow_symlinks=False):
                     for name in files:
                         seen += 1
                         if seen > MAX_PROTECTED_SCAN:
-                            return True
+                            return kind
                         try:
                             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                         except OSError:
                             continue
                         if identity(st) == ident:
-                            return True
+                            return kind
             except OSError:
                 continue
-        return False
+        return None
 
 
 def _identities(paths: Iterable[Path], *, lstat_too: bool = False) -> frozenset[Identity]:

@@ -9,7 +9,7 @@ import pytest
 
 from bot.errors import WorkspaceError
 from bot.sandbox import Sandbox, SandboxPolicy, build_profile, sqlite_companions
-from bot.sandbox.profile import SANDBOX_HOME
+from bot.sandbox.profile import SANDBOX_HOME, etc_entries
 
 
 def pairs(arguments: tuple[str, ...], option: str) -> list[str]:
@@ -23,6 +23,7 @@ def profile_for(tmp_path: Path, **policy: object) -> tuple[Path, tuple[str, ...]
     made = build_profile(
         SandboxPolicy.for_workspace(root, **policy),  # type: ignore[arg-type]
         empty_file=tmp_path / "empty",
+        etc=etc_entries(tmp_path / "etc", False),
     )
     return root, made.arguments, made.placeholders
 
@@ -45,7 +46,10 @@ def test_namespaces_and_no_network_by_default(tmp_path: Path) -> None:
     assert "--unshare-net" not in shared
     root = tmp_path / "ws"
     without = build_profile(
-        SandboxPolicy.for_workspace(root), empty_file=tmp_path / "empty", user_namespace=False
+        SandboxPolicy.for_workspace(root),
+        empty_file=tmp_path / "empty",
+        etc=etc_entries(tmp_path / "etc", False),
+        user_namespace=False,
     )
     assert "--unshare-user" not in without.arguments
 
@@ -54,6 +58,7 @@ def test_only_the_system_and_the_workspace_are_mounted(tmp_path: Path) -> None:
     root, arguments, _ = profile_for(tmp_path)
     sources = pairs(arguments, "--ro-bind") + pairs(arguments, "--bind")
     allowed = ("/usr", "/bin", "/sbin", "/lib", "/etc", "/opt", str(root), str(tmp_path / "empty"))
+    allowed += (str(tmp_path / "etc"),)
     allowed += ("/proc/sys",)
     assert all(source.startswith(allowed) for source in sources), sources
     assert pairs(arguments, "--bind") == [str(root)]
@@ -144,7 +149,10 @@ def test_held_placeholders_count_as_missing(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     (root / ".git").mkdir(parents=True)
     made = build_profile(
-        SandboxPolicy.for_workspace(root), empty_file=tmp_path / "empty", held={root / ".git"}
+        SandboxPolicy.for_workspace(root),
+        empty_file=tmp_path / "empty",
+        etc=etc_entries(tmp_path / "etc", False),
+        held={root / ".git"},
     )
     assert root / ".git" in made.placeholders
     assert str(root / ".git") not in pairs(made.arguments, "--bind")
@@ -181,7 +189,9 @@ def test_a_protected_name_that_is_a_link_is_refused(tmp_path: Path) -> None:
     policy = SandboxPolicy.for_workspace(root)
     assert root / ".baton" in policy.read_only
     with pytest.raises(WorkspaceError, match="symbolic link"):
-        build_profile(policy, empty_file=tmp_path / "empty")
+        build_profile(
+            policy, empty_file=tmp_path / "empty", etc=etc_entries(tmp_path / "etc", False)
+        )
     sandbox = asyncio.run(Sandbox.probe(policy, binary=Path("/bin/true")))
     assert not sandbox.available
     assert "symbolic link" in sandbox.reason

@@ -228,7 +228,13 @@ def test_without_libseccomp_the_sandbox_runs_unfiltered_and_says_so(
     assert found.reason.startswith("bubblewrap; no seccomp filter")
     with found.command(SandboxPolicy.for_workspace(tmp_path), ["true"]) as argv:
         assert "--seccomp" not in argv
-        assert "pass_fds" not in found.credentials()
+        # Only the small files of /etc are handed on.
+        assert found.credentials()["pass_fds"] == file_fds(argv)
+
+
+def file_fds(argv: list[str]) -> tuple[int, ...]:
+    """The descriptors of the files bwrap copies into /etc (`--file FD DEST`)."""
+    return tuple(int(argv[i + 1]) for i, value in enumerate(argv) if value == "--file")
 
 
 def test_each_call_gets_its_own_filter_file_at_its_start(tmp_path: Path) -> None:
@@ -241,7 +247,7 @@ def test_each_call_gets_its_own_filter_file_at_its_start(tmp_path: Path) -> None
     with found.command(policy, ["true"]) as first, found.command(policy, ["true"]) as second:
         fds = [int(argv[argv.index("--seccomp") + 1]) for argv in (first, second)]
         assert fds[0] != fds[1]
-        assert found.credentials()["pass_fds"] == (fds[1],)
+        assert found.credentials()["pass_fds"] == (*file_fds(second), fds[1])
         assert [os.pread(fd, len(program) + 1, 0) for fd in fds] == [program, program]
         assert [os.lseek(fd, 0, os.SEEK_CUR) for fd in fds] == [0, 0]
     assert "pass_fds" not in found.credentials()

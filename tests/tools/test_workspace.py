@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 from bot.errors import WorkspaceError
-from bot.tools import Workspace
+from bot.tools import Workspace, build_workspace_tools
 
 
 def test_relative_and_absolute_paths_inside_resolve(workspace: Workspace) -> None:
@@ -155,3 +156,65 @@ def test_protection_follows_identity_not_name(tmp_path: Path) -> None:
     with pytest.raises(WorkspaceError, match="protected"):
         workspace.resolve_for_write("copy.yaml")
     assert not workspace.is_protected(workspace.resolve("free.yaml"))
+
+
+async def write(workspace: Workspace, path: str, content: str = "x\n") -> str:
+    tool = build_workspace_tools(workspace).get("write_file")
+    assert tool is not None
+    return await tool.run(tool.parse_arguments(json.dumps({"path": path, "content": content})))
+
+
+async def test_refusals_name_the_config_and_the_database_for_what_they_are(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    config, database = root / "baton.yaml", root / "baton.db"
+    config.write_text("permissions: {}\n")
+    database.write_text("SQLite format 3\n")
+    os.link(config, root / "cfg-hard")
+    os.symlink("baton.db", root / "db-link")
+    # As the app builds it: the config is protected and, like the database, private.
+    both = Workspace(root, protected_files=[config], private_files=[database, config])
+    for path in ("baton.yaml", "./baton.yaml", "cfg-hard"):
+        with pytest.raises(WorkspaceError) as refused:
+            await write(both, path)
+        assert str(refused.value) == f"{path!r} is Baton's configuration; no tool may use it"
+        with pytest.raises(WorkspaceError, match="Baton's configuration"):
+            both.resolve(path)
+    for path in ("baton.db", "db-link"):
+        with pytest.raises(WorkspaceError) as refused:
+            await write(both, path)
+        assert "Baton's own database" in str(refused.value), path
+    # Protected only (readable, never writable): still named as the configuration.
+    protected = Workspace(root, protected_files=[config])
+    for path in ("baton.yaml", "cfg-hard"):
+        with pytest.raises(WorkspaceError) as refused:
+            await write(protected, path)
+        assert "protected: it is Baton's configuration" in str(refused.value), path
+    assert config.read_text() == "permissions: {}\n"
+
+
+async def test_git_s_in_progress_state_is_never_written_by_a_tool(workspace: Workspace) -> None:
+    git = workspace.root / ".git"
+    (git / "rebase-merge").mkdir(parents=True)
+    (git / "rebase-merge" / "git-rebase-todo").write_text("pick abc one\n")
+    os.symlink(".git/rebase-merge", workspace.root / "todo-dir")
+    for path in (
+        ".git/rebase-merge/git-rebase-todo",
+        "todo-dir/git-rebase-todo",
+        ".git/rebase-apply/patch",
+        ".git/sequencer/todo",
+        "./src/../.git/sequencer/head",
+    ):
+        with pytest.raises(WorkspaceError) as refused:
+            await write(workspace, path, "exec touch PWNED\n")
+        assert "git's in-progress rebase, cherry-pick or revert state" in str(refused.value)
+        assert workspace.is_protected(workspace.resolve(path))
+    assert (git / "rebase-merge" / "git-rebase-todo").read_text() == "pick abc one\n"
+    assert not (git / "rebase-apply").exists() and not (git / "sequencer").exists()
+    # The hooks and config are still named as such.
+    with pytest.raises(WorkspaceError, match="git's hooks and configuration"):
+        await write(workspace, ".git/hooks/pre-commit")
+    with pytest.raises(WorkspaceError, match=r"in \.baton/, Baton's own directory"):
+        await write(workspace, ".baton/agents/x.md")
