@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from bot.permissions.argv import is_redirect_operator
 from bot.permissions.danger_context import CommandContext
 from bot.permissions.deadline import check_deadline
+from bot.permissions.protected_words import MAX_GLOB_CHARS
 from bot.permissions.rules import Rule
 
 __all__ = ["FILE_TOOLS", "PathDenial", "path_denial"]
@@ -69,6 +70,13 @@ def path_denial(
             check_deadline()
             names = [word]
             if any(char in _GLOB_CHARS for char in word):
+                if len(word) > MAX_GLOB_CHARS:
+                    # Too long to expand within bounds (glob's matching is superlinear,
+                    # and it recurses per component): a person reads it.
+                    matched = any(r.pattern is not None for r in denying)
+                    if matched and doubtful is None:
+                        doubtful = PathDenial(rule=denying[0], word=word[:60], certain=False)
+                    continue
                 names += _expanded(word, root)
             for name in names:
                 forms = spellings(name)
@@ -107,7 +115,7 @@ def _expanded(word: str, root: str) -> list[str]:
             found.append(match)
             if len(found) >= _MAX_EXPANSION:
                 break
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return []
     return found
 

@@ -20,7 +20,10 @@ from bot.permissions.danger_patterns import DangerMatch
 from bot.permissions.deadline import check_deadline
 from bot.tools.workspace import PROTECTED_DIR, PROTECTED_MESSAGE, Workspace
 
-__all__ = ["READ_ONLY_PROGRAMS", "protected_words"]
+__all__ = ["MAX_GLOB_CHARS", "READ_ONLY_PROGRAMS", "protected_words"]
+
+MAX_GLOB_CHARS = 256
+"""Longer words with glob characters are not matched against Baton's files: they ask."""
 
 READ_ONLY_PROGRAMS = frozenset(
     {"cat", "ls", "head", "tail", "less", "more", "grep", "rg", "wc", "stat", "file", "diff",
@@ -49,6 +52,15 @@ def protected_words(
         for word in (*context.words, *targets):
             check_deadline()
             if not _may_name(word, names):
+                continue
+            if _globs(word) and len(word) > MAX_GLOB_CHARS:
+                # Matching a glob costs time that grows faster than its length (Python's
+                # fnmatch), and no deadline reaches inside it: a person reads this one.
+                concern = concern or DangerMatch(
+                    pattern="baton-file-glob",
+                    reason=f"a {len(word):,}-character glob may match Baton's files: a "
+                    "person should check what it expands to.",
+                )
                 continue
             named = _named_files(word, workspace.private_files, workspace.root)
             if writes or word in targets:

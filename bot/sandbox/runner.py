@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import errno
 import logging
 import os
 import re
@@ -460,34 +459,42 @@ def _write_public(path: Path, content: bytes) -> None:
 def _set_aside(path: Path) -> str:
     """Move what a sandboxed command left at `path` to a name git ignores; say so, and why.
 
-    Renamed in place (same directory, same owner, nothing copied or deleted), so an
-    operator's rebase begun on the host while the call ran can be moved back.
+    Into a new directory beside it with a name nobody can guess (`mkdtemp`: made
+    atomically, with a random part), so a command cannot make the move fail by taking
+    the name first; nothing is copied or deleted, and a person can move it back. Should
+    the move fail all the same, the state is removed rather than left for the next
+    `--continue` on the host to run.
     """
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     kind = GIT_STATE_KINDS.get(path.name, "a git operation")
     try:
-        target = _free_name(path, f"{path.name}.set-aside-by-baton-{stamp}")
-        os.rename(path, target)
+        holder = Path(tempfile.mkdtemp(prefix=f"{path.name}.set-aside-by-baton-{stamp}-",
+                                       dir=path.parent))  # fmt: skip
+        owner = os.stat(path.parent)
+        os.chown(holder, owner.st_uid, owner.st_gid)  # the workspace's owner may look in
+        holder.chmod(0o755)
+        os.rename(path, holder / path.name)
     except OSError as exc:
+        try:
+            _remove(path)
+        except OSError as removal:
+            logger.error("could not move aside nor remove %s: %s; %s", path, exc, removal)
+            return (
+                f"[Baton could neither move aside nor remove {path}, which this command "
+                f"left ({removal}). git takes it for {kind} in progress: do not run "
+                "`--continue` on the host before reading it]"
+            )
         return (
-            f"[Baton could not move {path} aside, which this command left: {exc}. git takes "
-            f"it for {kind} in progress; do not run `--continue` on the host before reading it]"
+            f"[Baton removed {path}, which this command left, after moving it aside failed "
+            f"({exc}): git would take it for {kind} in progress, and the next `--continue` "
+            "on the host would run what it lists outside the sandbox]"
         )
     return (
-        f"[Baton moved {path}, which this command left, to {target.name}: git would take it "
-        f"for {kind} in progress, and the next `--continue` on the host would run what it "
+        f"[Baton moved {path}, which this command left, into {holder.name}: git would take "
+        f"it for {kind} in progress, and the next `--continue` on the host would run what it "
         "lists outside the sandbox. Nothing was deleted: a person may move it back on the "
         "host after reading it]"
     )
-
-
-def _free_name(path: Path, name: str) -> Path:
-    """`name` beside `path`, or with a counter after it when that is taken."""
-    for count in range(1000):
-        candidate = path.with_name(name if count == 0 else f"{name}-{count}")
-        if not os.path.lexists(candidate):
-            return candidate
-    raise FileExistsError(errno.EEXIST, "no free name beside it", str(path))
 
 
 def _remove_created(path: Path) -> str:

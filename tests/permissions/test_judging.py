@@ -133,3 +133,18 @@ async def test_a_cancelled_run_stops_while_its_calls_are_judged(repo: Workspace)
         done, _ = await asyncio.wait({task}, timeout=5)
         assert done, "the cancel was swallowed: the run goes on judging"
         assert task.cancelled()
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["cat ./" + "[" * 65_000, "cat ./" + "[a" * 15_000, "cat " + "/".join(["*"] * 2_000)],
+)
+async def test_long_globs_are_not_expanded_but_asked_about(repo: Workspace, command: str) -> None:
+    """A review found `cat ./[[[…` held the judging thread for minutes (fnmatch is
+    superlinear, and no deadline reaches inside it), and 2,000 `*/` components made glob
+    recurse out of the stack: such a glob is a person's to read, answered at once."""
+    rules = PermissionRules.parse(allow=["bash(cat *)"], deny=["read_file(**/appsettings*)"])
+    hook = PermissionHook(rules, repo)
+    decision = await hook(invocation(repo, command))
+    assert decision.action == "ask", decision
+    assert decision.risk != "too-complex", decision  # judged in full, within its time

@@ -104,6 +104,21 @@ HOSTILE = [
     "mawk -W exec prog.awk",
     'awk \'BEGIN { f = "system"; @f("id") }\'',
     "awk 'BEGIN { x = 4 / 2; system(\"id\") ; y = 1 / 2 }'",
+    # a review found each of these through an awk reader that tokenised the program
+    'awk \'BEGIN { if (0) exit /#/; print "touch P" | "sh" }\'',
+    'awk \'BEGIN { {} print "x",\n"y" > "P" }\'',
+    'awk \'BEGIN { {} print "x" ||\n"y" > "P" }\'',
+    'gawk \'BEGIN { x++ / 2; print "id" | "sh"; y = 1 / 1 }\'',
+    "awk 'BEGIN { system \\\n(\"id\") }'",
+    # sed labels end at whitespace (GNU sed 4.9): what follows is a command
+    "sed -n ':a e touch PWNED' README.md",
+    "sed -n 'bx;:x w out' README.md",
+    # xargs that rewrites its command's words, or sets its environment
+    "xargs -a docs/prog.txt -I P awk P README.md",
+    "xargs -a docs/sed.txt -I P sed -n -- P README.md",
+    "xargs -i cat",
+    "xargs --replace=X cat X",
+    "xargs -a README.md --process-slot-var=LD_LIBRARY_PATH ls",
     # tar: extraction, archives written, programs run
     "tar xf a.tar",
     "tar -xf a.tar",
@@ -209,8 +224,6 @@ FRIENDLY = [
     "tr a-z A-Z",
     "awk '{print $1}' README.md",
     "awk -F: '$3 > 100 {print $1}' README.md",
-    'awk \'{ print (length($0) > 80 ? "long" : "short") }\' README.md',
-    "awk '/a|b/ {n++} END {print n}' README.md",
     "awk 'BEGIN { while ((getline line < \"README.md\") > 0) n++; print n }'",
     "awk '$1 || $2' README.md",
     "tar tf a.tar",
@@ -221,7 +234,7 @@ FRIENDLY = [
     "tar -czf - src",
     "xargs grep -l foo",
     "xargs -0 wc -l",
-    "xargs -n1 -I{} head -1",
+    "xargs -n1 head -1",
     "xargs sed -n -- 1p",
     "xargs",
     "env LC_ALL=C sort README.md",
@@ -317,3 +330,14 @@ def test_the_model_reads_the_rule_s_program_not_a_lookalike(repo: Workspace) -> 
     assert allow_problem(["find", "-delete"]) is not None
     assert allow_problem(["/usr/bin/find", "-delete"]) is None  # no rule names it: asks
     assert decide(repo, "/usr/bin/find . -delete").action == "ask"
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["awk '/error|warn/' README.md", "awk '{ print (length($0) > 80) }' README.md",
+     "xargs -I{} head -1 {}"],
+)  # fmt: skip
+def test_harmless_forms_a_cautious_reading_asks_about(repo: Workspace, command: str) -> None:
+    """Asked needlessly, by design: awk's program is read on its raw text (a `|` is taken
+    for a pipe, a `>` after a print for a redirection), and xargs -I rewrites words."""
+    assert decide(repo, command).action == "ask"

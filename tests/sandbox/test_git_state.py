@@ -44,7 +44,9 @@ def stopped_rebase(marker: Path) -> str:
 
 
 def set_aside(root: Path, name: str) -> list[Path]:
-    return sorted((root / ".git").glob(f"{name}.set-aside-by-baton-*"))
+    """Where Baton moved `name` aside: into a new directory of its own, named at random."""
+    holders = sorted((root / ".git").glob(f"{name}.set-aside-by-baton-*"))
+    return [holder / name for holder in holders if (holder / name).exists()]
 
 
 @pytest.fixture
@@ -95,6 +97,7 @@ async def test_a_rebase_left_by_a_command_is_moved_aside_and_runs_nothing(
     assert f"exec touch {marker}" in (moved / "git-rebase-todo").read_text()
     # ...and put back by hand, it does run the line on the host: the attack is real.
     moved.rename(root / ".git" / "rebase-merge")
+    moved.parent.rmdir()
     assert "rebase in progress" in host_git(root, "status").stdout
     host_git(root, "-c", "core.editor=true", "rebase", "--continue")
     assert marker.exists()
@@ -235,3 +238,28 @@ async def test_concurrent_calls_share_one_rebase_until_the_last_ends(
     assert out.startswith("exit code 0"), out
     assert "[Baton moved" in out
     assert not (root / ".git" / "rebase-merge").exists()
+
+
+async def test_names_taken_ahead_cannot_make_the_move_fail(site: Site, history: Bash) -> None:
+    """A command that takes every name it can guess still gets its state moved aside.
+
+    (Review finding: with a predictable name and a counter, a command holding all 1,000
+    names made the move fail, and the planted rebase stayed live for the host's git.)
+    """
+    root = site.workspace.root
+    marker = site.root / "PWNED"
+    stamps = " ".join(
+        f"$(date -u -d @$(( $(date +%s) + {delta} )) +%Y%m%dT%H%M%SZ)" for delta in range(4)
+    )
+    out = await run(
+        history,
+        f"{stopped_rebase(marker)} && for s in {stamps}; do "
+        "mkdir .git/rebase-merge.set-aside-by-baton-$s; "
+        "for n in $(seq 1 300); do mkdir .git/rebase-merge.set-aside-by-baton-$s-$n "
+        ".git/rebase-merge.set-aside-by-baton-$s-$n$n; done; done; echo planted",
+    )
+    assert "planted" in out and "Baton moved" in out, out
+    assert not present(root / ".git" / "rebase-merge")
+    assert "rebas" not in host_git(root, "status").stdout
+    host_git(root, "-c", "core.editor=true", "rebase", "--continue")
+    assert not marker.exists()

@@ -121,6 +121,13 @@ def _xargs_problem(args: tuple[str, ...], *, open_ended: bool = False) -> str | 
     parsed = parse_args(args, _XARGS)
     if (unknown := parsed.unknown()) is not None:
         return f"xargs {unknown.word}: an option this check does not know"
+    if replace := parsed.given("I", "i", "replace"):
+        return (
+            f"xargs {replace.word} puts what it reads inside the command's words, options "
+            "and scripts included"
+        )
+    if parsed.given("process-slot-var"):
+        return "xargs --process-slot-var sets an environment variable the command runs with"
     command = parsed.operands or ("echo",)
     program = command[0]
     if program == "echo":

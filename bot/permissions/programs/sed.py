@@ -106,7 +106,9 @@ def _script_problem(script: str) -> str | None:
             reader.delimited(delimiter)
         elif command in _TEXT:
             reader.text()
-        elif command in _LABELLED or command in _FILE_READS or command == "v":
+        elif command in _LABELLED:
+            reader.label()
+        elif command in _FILE_READS or command == "v":
             reader.argument()
         elif command in _SIMPLE:
             reader.skip(" \t")
@@ -229,6 +231,11 @@ class _Reader:
                     self.take()
             elif char == "\n":
                 return
+
+    def label(self) -> None:
+        """A label: GNU sed 4.9 ends it at whitespace or `;`, and reads on after it."""
+        self.skip(" \t")
+        self.until(" \t\n;")
 
     def argument(self) -> None:
         """A label or file name: to the end of the line (``;`` ends labels for GNU too)."""
