@@ -43,6 +43,7 @@ _UNSAFE_OPTIONS = {
 _MAWK_HARMLESS = re.compile(r"(?:version|usage|help|dump|posix_space|posix|interactive|"
                             r"sprintf=\d+|random=\d+|v)")  # fmt: skip
 
+
 def awk_problem(args: tuple[str, ...], *, open_ended: bool = False) -> str | None:
     """Why ``awk ARGS`` is more than a read, or None when its program only reads and prints.
 
