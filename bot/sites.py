@@ -249,6 +249,9 @@ def _policy(
     )
 
 
+_READING = frozenset({"read_file", "grep"})
+
+
 def _working_parts(
     directory: Path,
     shared: SharedParts,
@@ -259,6 +262,11 @@ def _working_parts(
 ) -> tuple[Workspace, ToolRegistry, PermissionHook]:
     """The workspace, the built-in tools working there, and the permission hook."""
     settings = shared.settings
+    rules = PermissionRules.parse(
+        allow=settings.permissions.allow,
+        ask=settings.permissions.ask_rules(),
+        deny=settings.permissions.deny,
+    )
     workspace = Workspace(
         directory,
         protected_files=files.config,
@@ -273,13 +281,11 @@ def _working_parts(
         sandbox=sandbox,
         policy=policy,
         show_secrets=settings.sandbox.show_secrets,
+        # What a rule forbids reading, no command reads either, named or not.
+        hide=[rule.pattern for rule in rules.deny if rule.tool in _READING and rule.pattern],
     )
     permissions = PermissionHook(
-        PermissionRules.parse(
-            allow=settings.permissions.allow,
-            ask=settings.permissions.ask_rules(),
-            deny=settings.permissions.deny,
-        ),
+        rules,
         workspace,
         sandboxed=sandbox.available,
     )

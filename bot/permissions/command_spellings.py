@@ -75,10 +75,54 @@ def command_spellings(command: str) -> CommandSpellings:
 
 
 def _texts(context: CommandContext) -> list[str]:
-    """The part as written, as the program it runs, and (for git) without global options."""
+    """The part as written, as the program it runs, and (for git) as the subcommand it is."""
     written = " ".join(context.words)
     effective = " ".join(context.argv)
-    return [written, effective, _without_git_globals(context.argv)]
+    return [written, effective, *_git_spellings(context.argv)]
+
+
+# git subcommands that do another's work: rules on `git push` hold for them too.
+_GIT_SAME_AS = {"send-pack": "push", "http-push": "push"}
+
+
+def _git_spellings(argv: tuple[str, ...]) -> list[str]:
+    """``git -C . -c x=y push`` as ``git push``; an alias as what it stands for (``-c
+    alias.p=push p`` is ``git push``); ``git-push`` and ``git send-pack`` as ``git push``.
+
+    Only for matching deny and ask rules (more matches, never fewer); allow rules read
+    the whole command, and git's global options keep them from approving it.
+    """
+    if not argv:
+        return []
+    if argv[0].startswith("git-") and len(argv[0]) > 4:
+        argv = ("git", argv[0][4:], *argv[1:])
+    if len(argv) < 2 or argv[0] != "git":
+        return []
+    call = split_git(argv[1:])
+    if not call.subcommand:
+        return []
+    found = []
+    subcommands = [call.subcommand, *_aliased(call.globals, call.subcommand)]
+    if call.subcommand == "subtree" and call.args[:1] == ("push",):
+        subcommands.append("push")
+    for subcommand in subcommands:
+        for name in (subcommand, _GIT_SAME_AS.get(subcommand)):
+            if name:
+                found.append(" ".join(["git", name, *call.args]))
+    return found
+
+
+def _aliased(globals: tuple[str, ...], subcommand: str) -> list[str]:
+    """What ``-c alias.NAME=VALUE`` makes of ``git NAME``: VALUE's first word."""
+    found = []
+    for index, word in enumerate(globals):
+        value = globals[index + 1] if word == "-c" and index + 1 < len(globals) else None
+        if value is None and word.startswith("-c") and len(word) > 2:
+            value = word[2:]
+        key, _, rest = (value or "").partition("=")
+        if key.lower() == f"alias.{subcommand}".lower() and rest and not rest.startswith("!"):
+            found.append(rest.split()[0])
+    return found
 
 
 def _holder(context: CommandContext) -> str:
@@ -86,17 +130,3 @@ def _holder(context: CommandContext) -> str:
     while context.via == "tail" and context.parent is not None:
         context = context.parent
     return context.shown
-
-
-def _without_git_globals(argv: tuple[str, ...]) -> str:
-    """`git -C . -c x=y push` as `git push`: what rules on git subcommands must see.
-
-    Only for matching deny and ask rules (more matches, never fewer); allow rules read
-    the whole command, and git's global options keep them from approving it.
-    """
-    if len(argv) < 2 or argv[0] != "git":
-        return ""
-    call = split_git(argv[1:])
-    if not call.globals or not call.subcommand:
-        return ""
-    return " ".join(["git", call.subcommand, *call.args])

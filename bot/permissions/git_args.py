@@ -292,6 +292,8 @@ def work_tree_problem(sub: str, args: Sequence[str]) -> str | None:
     reason = f"git {sub} writes files in the work tree, and writing files needs a person here"
     if sub in _WORK_TREE_WRITERS:
         return reason
+    if sub == "format-patch" and not _has_long(args, "--stdout"):
+        return "git format-patch writes its patches as files, and writing files needs a person here"
     if sub in _READ_FORMS:
         verb = (_operands(args)[:1] or [""])[0]
         return None if verb in _READ_FORMS[sub] else reason

@@ -15,8 +15,9 @@ from bot.engine.hooks import HookDecision, ToolInvocation
 from bot.errors import WorkspaceError
 from bot.permissions.command_spellings import CommandSpellings, command_spellings
 from bot.permissions.danger import DangerMatch, find_command_danger, find_path_danger
+from bot.permissions.danger_context import CommandContext
 from bot.permissions.deadline import JudgingTooLong, judging_until
-from bot.permissions.git_args import git_allow_problem
+from bot.permissions.git_args import git_allow_problem, split_git
 from bot.permissions.limits import size_problem
 from bot.permissions.path_denies import path_denial
 from bot.permissions.plain import plain_commands
@@ -125,12 +126,14 @@ class PermissionHook:
 
     def _check(self, tool: Tool, value: str | None) -> HookDecision:
         extended: list[str] = []
+        computed = False
         if tool.argument_kind == "command" and value is not None:
             if problem := size_problem(value):
                 return self._too_complex(tool, problem)
             spellings = command_spellings(value)
             every = spellings.all()
-            extended = spellings.extended
+            extended = [*spellings.extended, *(text for text, _ in spellings.doubtful)]
+            computed = _computed_context(spellings) is not None
             decision = self._check_command(tool, value, spellings)
         elif value is None or tool.argument_kind != "path":
             every = [value] if value else []
@@ -141,7 +144,7 @@ class PermissionHook:
             decision = self._check_path(tool, value, resolved, every)
         if decision.action != "ask":
             return decision
-        approver_sets = self._approver_sets(tool, every, extended)
+        approver_sets = self._approver_sets(tool, every, extended, computed=computed)
         return replace(decision, approver_sets=approver_sets) if approver_sets else decision
 
     def _too_complex(self, tool: Tool, why: str) -> HookDecision:
@@ -156,19 +159,28 @@ class PermissionHook:
         return HookDecision.ask(f"{TOO_COMPLEX}: {why}", risk="too-complex", approver_sets=sets)
 
     def _approver_sets(
-        self, tool: Tool, every: Sequence[str], extended: Sequence[str] = ()
+        self,
+        tool: Tool,
+        every: Sequence[str],
+        extended: Sequence[str] = (),
+        *,
+        computed: bool = False,
     ) -> tuple[tuple[str, ...], ...]:
         """The approvers of each ask rule that names some and matches any spelling of the call.
 
         For a command, its parts are among the spellings (those a wrapper or an unknown
-        program runs too), so every part's rule counts.
+        program runs too, those given more arguments matched as such), so every part's
+        rule counts; where a program is named only when the command runs, every rule of
+        the tool that names approvers does, since any of them might apply.
         """
         sets: list[tuple[str, ...]] = []
         for rule in self.rules.ask:
             if not rule.approvers or rule.approvers in sets:
                 continue
-            if rule.matches(tool.name, every, tool.argument_kind) or any(
-                rule.matches_extended(tool.name, text) for text in extended
+            if (
+                rule.matches(tool.name, every, tool.argument_kind)
+                or any(rule.matches_extended(tool.name, text) for text in extended)
+                or (computed and rule.tool == tool.name)
             ):
                 sets.append(rule.approvers)
         return tuple(sets)
@@ -270,7 +282,7 @@ class PermissionHook:
             ):
                 return HookDecision.deny(
                     f"the rule deny: {denied.text} forbids it (`{text}` runs with arguments "
-                    "read from its input)"
+                    "added when it runs)"
                 )
         found = path_denial(
             spellings.contexts,
@@ -304,13 +316,16 @@ class PermissionHook:
                     reason=f"{holder} may run `{text}`, which the rule deny: {denied.text} "
                     "forbids; Baton does not know whether it does.",
                 )
+        computed = _computed_context(spellings)
         rules = [r for r in deny if r.pattern is not None and r.tool == tool.name]
-        computed = next((c for c in spellings.contexts if _computed(c.program)), None)
+        rules += [r for r in self.rules.ask if r.approvers and r.tool == tool.name]
         if rules and computed is not None:
+            kind = "deny" if rules[0] in deny else "ask"
             return DangerMatch(
                 pattern="deny-rule-computed-program",
                 reason=f"`{computed.shown}` runs a program named only when it runs "
-                f"({computed.program}), so the rule deny: {rules[0].text} cannot be checked.",
+                f"({computed.program}), so the rule {kind}: {rules[0].text} cannot be "
+                "checked.",
             )
         return None
 
@@ -452,8 +467,18 @@ def _bare(rules: Sequence[Rule]) -> list[Rule]:
 
 
 def _computed(program: str) -> bool:
-    """Whether a command's program name is an expansion bash makes when it runs."""
-    return "$" in program or "`" in program
+    """Whether a command's program name is made when it runs: an expansion or a glob."""
+    return any(char in program for char in "$`*?[")
+
+
+def _computed_context(spellings: CommandSpellings) -> CommandContext | None:
+    """The first part whose program (or git subcommand) is named only when it runs."""
+    for context in spellings.contexts:
+        if _computed(context.program):
+            return context
+        if context.program == "git" and _computed(split_git(context.args).subcommand):
+            return context  # `git pus[h]`, `git $(echo push)`
+    return None
 
 
 def _matching_rule(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,8 @@ FILE_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_dir", "gre
 """Tools whose deny rules name files, and so also hold for commands naming them."""
 
 _GLOB_CHARS = frozenset("*?[")
+_SED_FILES = re.compile(r"[rRwW]\s*([^\s;}]+)")
+_AWK_STRINGS = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _MAX_EXPANSION = 2_000
 
 
@@ -66,7 +69,7 @@ def path_denial(
         return None
     doubtful: PathDenial | None = None
     for context in contexts:
-        for word, target in _path_words(context.command.words):
+        for word, target in _path_words(context.command.words, context.program):
             check_deadline()
             names = [word]
             if any(char in _GLOB_CHARS for char in word):
@@ -90,8 +93,13 @@ def path_denial(
     return doubtful
 
 
-def _path_words(words: Sequence[str]) -> Iterator[tuple[str, bool]]:
-    """Each word that may name a path, with True when it is a redirection's target."""
+def _path_words(words: Sequence[str], program: str) -> Iterator[tuple[str, bool]]:
+    """Each word that may name a path, with True when it is a redirection's target.
+
+    Operands and ``--option=VALUE`` values; the value attached to a short option
+    (``-fFILE``); the path of ``REV:PATH`` (``git show HEAD:secrets.json``); and the files
+    a sed or awk program reads or writes by name (``sed '1r FILE'``, ``getline < "FILE"``).
+    """
     after_operator = False
     for word in words:
         if is_redirect_operator(word):
@@ -101,9 +109,22 @@ def _path_words(words: Sequence[str]) -> Iterator[tuple[str, bool]]:
             after_operator = False
             yield word, True
             continue
-        value = word.partition("=")[2] if word.startswith("--") else word
-        if value and not value.startswith("-") and "\0" not in value:
+        if "\0" in word:
+            continue
+        if word.startswith("--"):
+            value = word.partition("=")[2]
+        elif word.startswith("-") and len(word) > 2:
+            value = word[2:]
+        else:
+            value = word
+        if value and not value.startswith("-"):
             yield value, False
+            if ":" in value:
+                yield value.split(":", 1)[1], False
+        if program in ("sed",):
+            yield from ((name, False) for name in _SED_FILES.findall(word))
+        elif program in ("awk", "gawk", "mawk", "nawk"):
+            yield from ((name, False) for name in _AWK_STRINGS.findall(word))
 
 
 def _expanded(word: str, root: str) -> list[str]:

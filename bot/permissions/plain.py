@@ -118,11 +118,20 @@ def _command(node: tree_sitter.Node, source: bytes) -> tuple[str, ...] | None:
             word = _literal(child, source)
         else:
             return None  # `$` of `$"..."`, or anything unexpected
-        written = source[child.start_byte : child.end_byte].decode("utf-8")
-        if word is None or _BRACE_EXPANSION.search(written):
+        if word is None or _BRACE_EXPANSION.search(_unquoted(child, source)):
             return None
         argv.append(word)
     return tuple(argv) if argv else None
+
+
+def _unquoted(node: tree_sitter.Node, source: bytes) -> str:
+    """The parts of a word bash would brace-expand: its unquoted text (quotes keep
+    `'{print $1, $2}'` as it is), with quoted parts standing as one neutral character."""
+    if node.type in ("raw_string", "string", "ansi_c_string"):
+        return "_"
+    if node.type == "concatenation":
+        return "".join(_unquoted(child, source) for child in node.children)
+    return source[node.start_byte : node.end_byte].decode("utf-8")
 
 
 def _harmless_redirect(node: tree_sitter.Node, source: bytes) -> bool:

@@ -5,45 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
+from bot.permissions.rule_globs import glob_to_regex
 from bot.tools.base import MCP_PREFIX, MCP_WILDCARD, ArgumentKind, name_matches
 
+__all__ = ["PermissionRules", "Rule", "glob_to_regex"]
+
 _RULE = re.compile(r"^\s*(?P<tool>[A-Za-z_][A-Za-z0-9_-]*\*?)\s*(?:\((?P<pattern>.*)\))?\s*$")
-
-
-@lru_cache(maxsize=512)
-def glob_to_regex(pattern: str, kind: ArgumentKind) -> re.Pattern[str]:
-    """Compile a rule's glob.
-
-    For commands `*` matches anything (`git status*`). For paths and patterns `*`
-    stays within one directory, `**` crosses directories, and a leading `**/`
-    also matches at the top (`**/.env` matches `.env`).
-    """
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if kind == "command":
-            out.append(".*" if char == "*" else "." if char == "?" else re.escape(char))
-            i += 1
-            continue
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif char == "*":
-            out.append("[^/]*")
-            i += 1
-        elif char == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(char))
-            i += 1
-    return re.compile("".join(out), re.DOTALL)
 
 
 def _glob_accepts_prefix(pattern: str, prefix: str) -> bool:

@@ -58,7 +58,14 @@ _SECRET_FILES = {
     "secrets.yml": "Secrets file",
     "secrets.json": "Secrets file",
     "secrets.toml": "Secrets file",
+    "secret.yaml": "Secrets file",
+    "secret.yml": "Secrets file",
+    "secret.json": "Secrets file",
+    "token.json": "OAuth token",
+    "kubeconfig": "Kubernetes credentials",
 }
+# Editors' and tools' copies of a file: `.env~`, `.env.bak`, `id_rsa.orig` are secrets too.
+_BACKUP_SUFFIXES = ("~", ".bak", ".orig", ".old", ".swp", ".save", ".backup")
 # Files that are secret only in their tool's directory (`.cargo/config.toml` is not).
 _SECRET_FILES_IN = {
     (".cargo", "credentials"): "Cargo registry token",
@@ -80,7 +87,12 @@ _PRIVATE_KEY_SUFFIXES = (
 _OTHER_SECRET_SUFFIXES = {
     ".kdbx": "Password database",
     ".keytab": "Kerberos keytab",
+    ".ovpn": "VPN profile, which often holds its private key",
+    ".kubeconfig": "Kubernetes credentials",
 }
+# JSON key files by their usual names: Google's OAuth client secrets, Firebase admin
+# keys, service-account keys saved as `*-key.json`.
+_KEY_JSON = re.compile(r"(?:client_secret.*|firebase-adminsdk-.*|.*[-_]key)\.json")
 # Terraform's values and state: variables files and the state (with its backups) hold
 # the resources' passwords and keys in the clear. GitHub's Terraform.gitignore keeps
 # all of them out of repositories "as they may contain sensitive data".
@@ -172,6 +184,9 @@ def secret_category(path: str) -> str | None:
         if part == ".config" and parts[index + 1 : index + 3] == ["gh", "hosts.yml"]:
             return "GitHub CLI token"
     name = parts[-1]
+    for suffix in _BACKUP_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return secret_category("/".join([*parts[:-1], name.removesuffix(suffix)]))
     if name in _SECRET_FILES:
         return _SECRET_FILES[name]
     if tuple(parts[-2:]) in _SECRET_FILES_IN:
@@ -188,6 +203,8 @@ def secret_category(path: str) -> str | None:
         return "Terraform variables or state, which hold passwords and keys"
     if name.startswith(("service-account", "service_account")) and name.endswith(".json"):
         return "Cloud service account key"
+    if _KEY_JSON.fullmatch(name):
+        return "Cloud or OAuth key file"
     if tuple(parts[-2:]) in _SYSTEM_SECRETS:
         return _SYSTEM_SECRETS[(parts[-2], parts[-1])]
     if len(parts) >= 3 and parts[-3:-1] == ["etc", "sudoers.d"]:

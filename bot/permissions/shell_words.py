@@ -21,7 +21,8 @@ Whatever the grammar rejects, or what is too large or too deeply nested, raises
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+import shlex
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -49,6 +50,7 @@ from bot.permissions.bash_tree import (
 )
 from bot.permissions.command_names import NON_RUNNERS, is_command_name
 from bot.permissions.deadline import check_deadline
+from bot.permissions.embedded import COMPUTED_MARK, embedded_code
 from bot.permissions.inner_commands import (
     find_exec_commands,
     shell_script_argument,
@@ -287,9 +289,9 @@ class _Builder:
         derived = _derived_scripts(
             (*final.words, *redirects.words), redirects.heredocs, self._budget, self._level
         )
+        known = (*final.nested, *redirects.nested)
         final = SimpleCommand(
-            words=(*final.words, *redirects.words),
-            nested=(*final.nested, *redirects.nested, *derived),
+            words=(*final.words, *redirects.words), nested=(*known, *_unseen(derived, known))
         )
         merged = [*pipes, (*stages, final)]
         return self._with_tail(merged, redirects)
@@ -310,7 +312,8 @@ class _Builder:
         if not command.words and not command.nested:
             return self._with_tail([], command)
         derived = _derived_scripts(command.words, command.heredocs, self._budget, self._level)
-        built = SimpleCommand(words=tuple(command.words), nested=(*command.nested, *derived))
+        nested = (*command.nested, *_unseen(derived, command.nested))
+        built = SimpleCommand(words=tuple(command.words), nested=nested)
         return self._with_tail([(built,)], command)
 
     def _command(self, node: tree_sitter.Node, command: _Command, depth: int) -> None:
@@ -516,31 +519,89 @@ def _derived_scripts(
         script = Script(pipelines=((inner,),))
         return NestedScript(kind=kind, script=script, open_ended=open_ended)
 
-    if program in SHELL_PROGRAMS:
-        text = shell_script_argument(args)
+    def maybe(text: str) -> NestedScript | None:
+        """Code that may run, where it parses: matched by rules as a tail is."""
+        try:
+            return NestedScript(kind="tail", script=_parse(text, budget, level + 1))
+        except CommandParseError:
+            return None
+
+    found = _embedded(program, args, command_words(words), script, maybe, run)
+    if program in SHELL_PROGRAMS or program in _SOURCES:
+        text = shell_script_argument(args) if program in SHELL_PROGRAMS else None
         if text is not None:
-            return [script(text)]
-        found = [script(body) for body in heredocs]
+            return [*found, script(text)]
+        found += [script(body) for body in heredocs]
         found += [script(target) for op, target in redirections(words) if op == "<<<"]
+        if any(arg.startswith(("<(", ">(")) for arg in args):
+            found.append(_computed(program))  # runs what another command prints
         return found
     # script -c, flock -c, su -c, sg, watch, trap, coproc: at whatever level they run.
     texts = [text for name, *rest in levels if (text := wrapper_script(name, tuple(rest)))]
     if texts:
-        return [script(text) for text in texts]
+        return [*found, *(script(text) for text in texts)]
     if program == "eval" and args:
-        return [script(" ".join(args))]
+        return [*found, script(" ".join(args))]
     if program == "git":
         # Unparsable alias code asks through the danger check's parse error, as any does.
-        return [script(text) for text in git_scripts(tuple(args))]
+        return [*found, *(script(text) for text in git_scripts(tuple(args)))]
     if program == "xargs":
-        return [run(xargs_command(args), open_ended=True)]
+        return [*found, run(xargs_command(args), open_ended=True)]
     if program == "find":
-        return [run(argv) for argv in find_exec_commands(args) if argv]
-    if not tails or program in NON_RUNNERS or program in SHELL_PROGRAMS:
-        return []
-    # A program of unknown habits may run any of its tails that names a command. (A
-    # tail's own tails are among these already.)
-    return [run(args[i:], "tail") for i in range(len(args)) if is_command_name(args[i])]
+        return [*found, *(run(argv) for argv in find_exec_commands(args) if argv)]
+    if not tails or program in NON_RUNNERS:
+        return found
+    # A program of unknown habits may run any of its tails that names a command (a
+    # tail's own tails are among these already), and a word holding a command line
+    # (`ssh -o ProxyCommand='...'`, `make --eval='...'`).
+    found += [run(args[i:], "tail") for i in range(len(args)) if is_command_name(args[i])]
+    for arg in args:
+        # (A substitution's own commands are parsed already, where it stands.)
+        if any(char.isspace() for char in arg) and "$(" not in arg and "`" not in arg:
+            value = arg.partition("=")[2] if "=" in arg.split(None, 1)[0] else arg
+            found += [nested for nested in (maybe(value),) if nested is not None]
+    return found
+
+
+_SOURCES = frozenset({"source", "."})
+
+
+def _unseen(derived: Sequence[NestedScript], known: Sequence[NestedScript]) -> list[NestedScript]:
+    """The derived scripts not parsed already where they stand (an unquoted `$(id)`)."""
+    seen = {nested.script for nested in known}
+    return [nested for nested in derived if nested.script not in seen]
+
+
+def _embedded(
+    program: str,
+    args: Sequence[str],
+    words: Sequence[str],
+    script: Callable[[str], NestedScript],
+    maybe: Callable[[str], NestedScript | None],
+    run: Callable[..., NestedScript],
+) -> list[NestedScript]:
+    """The code a command carries in its words (bot.permissions.embedded), parsed."""
+    code = embedded_code(program, args, words)
+    found = [script(text) for text in code.scripts if text.strip()]
+    found += [nested for text in code.doubtful if (nested := maybe(text)) is not None]
+    computed = code.computed
+    for line in code.extended:
+        try:
+            argv = shlex.split(line)
+        except ValueError:
+            computed = True
+            continue
+        if argv:
+            found.append(run(argv, open_ended=True))
+    if computed:
+        found.append(_computed(program))
+    return found
+
+
+def _computed(program: str) -> NestedScript:
+    """A stand-in for code only known when the command runs: a program named at run time."""
+    marker = SimpleCommand(words=(COMPUTED_MARK.format(program=program),))
+    return NestedScript(kind="tail", script=Script(pipelines=((marker,),)))
 
 
 # --------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import shlex
 from collections.abc import Callable
 
 from bot.permissions.bash_tree import CommandParseError
+from bot.permissions.git_args import split_git
 from bot.permissions.options import skip_options
 
 __all__ = ["HARMLESS_WRAPPERS", "WRAPPERS", "WrapperHandler", "git_scripts", "wrapper_script"]
@@ -266,6 +267,9 @@ def wrapper_script(program: str, args: tuple[str, ...]) -> str | None:
     return None
 
 
+# Stands for code git takes from a variable (`--config-env=core.pager=VAR`): named only
+# when it runs, it is matched as a computed program (see bot.permissions.embedded).
+GIT_ENVIRONMENT_CODE = '"$(code git reads from a variable)"'
 # Configuration keys whose value git runs as a shell command (`-c KEY=VALUE`).
 _GIT_COMMAND_KEYS = frozenset(
     {"core.pager", "core.sshcommand", "core.fsmonitor", "core.editor", "core.askpass",
@@ -287,16 +291,21 @@ def git_scripts(args: tuple[str, ...]) -> list[str]:
     run`` (whose words are a command, given here as one line).
     """
     scripts: list[str] = []
+    call = split_git(args)
+    options = call.globals
     index = 0
-    while index < len(args) and args[index].startswith("-"):
-        word = args[index]
-        value = None
-        if word == "-c" and index + 1 < len(args):
-            value = args[index + 1]
-            index += 1
-        elif word.startswith("-c") and len(word) > 2:
-            value = word[2:]
-        index += 1
+    while index < len(options):
+        word = options[index]
+        value = options[index + 1] if index + 1 < len(options) else None
+        index += 2 if word in ("-c", "--config-env") else 1
+        if word.startswith("--config-env"):
+            setting = word.split("=", 1)[1] if "=" in word else value or ""
+            key = setting.split("=", 1)[0].lower()
+            if key.startswith("alias.") or key in _GIT_COMMAND_KEYS or "credential" in key:
+                scripts.append(GIT_ENVIRONMENT_CODE)
+            continue
+        if word != "-c":
+            value = word[2:] if word.startswith("-c") and len(word) > 2 else None
         if value is None or "=" not in value:
             continue
         key, code = value.split("=", 1)
@@ -305,9 +314,9 @@ def git_scripts(args: tuple[str, ...]) -> list[str]:
             scripts.append(code[1:])
         elif key in _GIT_COMMAND_KEYS or (key.startswith("credential") and code.startswith("!")):
             scripts.append(code.removeprefix("!"))
-    if index >= len(args):
+    if not call.subcommand:
         return scripts
-    sub, rest = args[index], args[index + 1 :]
+    sub, rest = call.subcommand, call.args
     for option in _GIT_COMMAND_OPTIONS.get(sub, ()):
         for position, word in enumerate(rest):
             if word == option and position + 1 < len(rest):
@@ -317,8 +326,12 @@ def git_scripts(args: tuple[str, ...]) -> list[str]:
             ):
                 scripts.append(word.split("=", 1)[1] if "=" in word else word[2:])
     operands = [word for word in rest if not word.startswith("-")]
-    if sub == "submodule" and "foreach" in operands:
-        scripts += operands[operands.index("foreach") + 1 :][:1]
+    if sub == "submodule" and "foreach" in rest:
+        # git runs the words after `foreach` (and its options) as one shell line.
+        after = list(rest[rest.index("foreach") + 1 :])
+        while after and after[0] in ("--recursive", "-q", "--quiet"):
+            after.pop(0)
+        scripts.append(" ".join(after))
     if sub == "bisect" and operands[:1] == ["run"]:
         scripts.append(shlex.join(operands[1:]))
     return [script for script in scripts if script.strip()]

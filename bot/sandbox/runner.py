@@ -283,7 +283,7 @@ class Sandbox:
     @staticmethod
     def environment(environment: Mapping[str, str]) -> dict[str, str]:
         """The environment to start bwrap with: it is also what the command inherits."""
-        return minimal_environment(environment, home=str(SANDBOX_HOME))
+        return minimal_environment(environment, home=str(SANDBOX_HOME), system_path=True)
 
     @contextlib.contextmanager
     def command(

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.errors import WorkspaceError
+from bot.permissions.rule_globs import glob_to_regex
 from bot.permissions.secret_paths import secret_category, secret_directory_category
 from bot.sandbox.policy import SandboxPolicy
 from bot.sandbox.tracked_files import TrackedFiles
@@ -102,7 +103,12 @@ class SecretFiles:
     """
 
     def __init__(
-        self, policy: SandboxPolicy, *, shown: Sequence[str] = (), settle_ns: int = SETTLE_NS
+        self,
+        policy: SandboxPolicy,
+        *,
+        shown: Sequence[str] = (),
+        denied: Sequence[str] = (),
+        settle_ns: int = SETTLE_NS,
     ) -> None:
         """Set up the walk of `policy.workspace`.
 
@@ -114,6 +120,10 @@ class SecretFiles:
                 entries are, one by one.
             shown: `sandbox.show_secrets`: workspace-relative paths and globs never
                 hidden, nor anything under them.
+            denied: Globs of the permission rules that deny reading files
+                (`read_file(**/appsettings*)`): the files they match are hidden like
+                secrets, whatever `shown` says, so a command that reads without naming
+                them (`grep -r`, `tar c .`) gets nothing either.
             settle_ns: How long after a directory's last change its listing may be
                 reused (`SETTLE_NS`).
         """
@@ -133,6 +143,7 @@ class SecretFiles:
             )
         )
         self._shown = tuple(_ShownPattern(pattern) for pattern in shown)
+        self._denied = tuple(glob_to_regex(pattern, "path") for pattern in denied)
         self._settle_ns = settle_ns
         self._listings: dict[str, _Listing] = {}
         self._lock = threading.Lock()
@@ -224,7 +235,7 @@ class SecretFiles:
                 except OSError:
                     continue  # gone since the directory was read
                 if is_link:
-                    if _named_secret(path) and not self._is_shown(path):
+                    if self._is_denied(path) or (_named_secret(path) and not self._is_shown(path)):
                         links.append(path)
                 elif is_directory:
                     if entry.name in UNWALKED_NAMES:
@@ -237,10 +248,9 @@ class SecretFiles:
                         subdirectories.append(path)
                     elif not self._is_shown(path):
                         directories.append(path)
-                elif (
-                    secret_category(path) is not None
-                    and path not in self._kept
-                    and not self._is_shown(path)
+                elif path not in self._kept and (
+                    self._is_denied(path)
+                    or (secret_category(path) is not None and not self._is_shown(path))
                 ):
                     files.append(path)
         changed = max(info.st_mtime_ns, info.st_ctime_ns)
@@ -297,6 +307,9 @@ class SecretFiles:
             return None  # `.ssh -> .baton`: what it leads to is protected already
         return relative, directory
 
+    def _is_denied(self, path: str) -> bool:
+        return any(pattern.fullmatch(path) for pattern in self._denied)
+
     def _is_shown(self, path: str) -> bool:
         if not self._shown:
             return False
@@ -341,10 +354,7 @@ class _ShownPattern:
 
 
 def _glob_regex(pattern: str) -> re.Pattern[str]:
-    # The rules' dialect, so the operator writes globs one way in baton.yaml. Imported
-    # here: `bot.permissions.rules` imports the tools, which import this module.
-    from bot.permissions.rules import glob_to_regex
-
+    # The rules' dialect, so the operator writes globs one way in baton.yaml.
     return glob_to_regex(pattern, "path")
 
 

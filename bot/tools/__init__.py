@@ -19,12 +19,14 @@ def build_workspace_tools(
     sandbox: Sandbox | None = None,
     policy: SandboxPolicy | None = None,
     show_secrets: Sequence[str] = (),
+    hide: Sequence[str] = (),
 ) -> ToolRegistry:
     """Every built-in tool, working in `workspace`; grep skips files `is_secret` flags.
 
     grep stops after `grep_deadline_s` seconds and reports what it found by then. bash
     runs its commands in `sandbox` under `policy` when the sandbox is available, with
-    the workspace's secret files hidden but those `show_secrets` names.
+    the workspace's secret files hidden but those `show_secrets` names, and the files
+    `hide` matches (deny rules on reading) hidden too.
     """
     return ToolRegistry(
         [
@@ -40,6 +42,7 @@ def build_workspace_tools(
                 policy=policy,
                 environment=environment,
                 show_secrets=show_secrets,
+                hide=hide,
             ),
         ]
     )

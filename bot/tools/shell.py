@@ -93,6 +93,7 @@ class Bash(Tool):
         environment: Mapping[str, str] | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         show_secrets: Sequence[str] = (),
+        hide: Sequence[str] = (),
     ) -> None:
         """Set up the tool; `sandbox` is used only when its probe found it available.
 
@@ -108,6 +109,8 @@ class Bash(Tool):
             show_secrets: Secret files commands may see after all
                 (`sandbox.show_secrets`: workspace-relative paths and globs); the others
                 are masked in the sandbox.
+            hide: Globs of files no command may read (the patterns of `read_file` and
+                `grep` deny rules), masked like secrets whatever `show_secrets` says.
         """
         self.workspace = workspace
         self.sandbox = sandbox if sandbox is not None and sandbox.available else None
@@ -122,7 +125,9 @@ class Bash(Tool):
         )
         self.output_limit = output_limit
         self.secrets = (
-            SecretFiles(self.policy, shown=show_secrets) if self.sandbox is not None else None
+            SecretFiles(self.policy, shown=show_secrets, denied=hide)
+            if self.sandbox is not None
+            else None
         )
 
     @property

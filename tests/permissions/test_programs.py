@@ -341,3 +341,15 @@ def test_harmless_forms_a_cautious_reading_asks_about(repo: Workspace, command: 
     """Asked needlessly, by design: awk's program is read on its raw text (a `|` is taken
     for a pipe, a `>` after a print for a redirection), and xargs -I rewrites words."""
     assert decide(repo, command).action == "ask"
+
+
+def test_quoted_braces_are_no_brace_expansion(repo: Workspace) -> None:
+    """`'{print $1, $2}'` is awk's text, not bash's `{a,b}`: a review saw it ask."""
+    assert decide(repo, "awk '{print $1, $2}' README.md").action == "allow"
+    assert decide(repo, "jq '{name, version}' package.json").action == "allow"
+    assert decide(repo, "cat src/{app,lib}.py").action == "ask"
+
+
+def test_git_format_patch_writes_files_unless_to_standard_output(repo: Workspace) -> None:
+    assert decide(repo, "git format-patch --numbered-files -1").action == "ask"
+    assert decide(repo, "git format-patch --stdout -1").action == "allow"

@@ -38,6 +38,17 @@ async def test_the_bots_environment_is_out_of_reach(
     assert set(names.splitlines()[1:]) <= {"PATH", "HOME", "LANG", "TERM", "PWD", "SHLVL", "_"}
 
 
+async def test_the_path_names_no_home_of_the_host(
+    site: Site, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bot's PATH names its home and user (a review saw /root/.cargo/bin, pyenv's
+    shims); a command gets only the entries under the system directories it is shown."""
+    monkeypatch.setenv("PATH", "/root/.cargo/bin:/home/alice/.pyenv/shims:/usr/local/bin:"
+                               "/usr/bin:/bin:/opt/tools/bin")  # fmt: skip
+    out = await site.bash(sandbox).run(BashArgs(command="echo $PATH"))
+    assert out.splitlines()[1] == "/usr/local/bin:/usr/bin:/bin:/opt/tools/bin"
+
+
 async def test_only_the_sandbox_processes_are_visible(site: Site, sandbox: Sandbox) -> None:
     out = await site.bash(sandbox).run(BashArgs(command="ls /proc | grep -c '^[0-9]'; echo $PPID"))
     count, parent = out.splitlines()[1:]

@@ -26,7 +26,7 @@ from tests.security.test_battery import open_arena
 READ_ONLY = PermissionsConfig(
     allow=("read_file", "list_dir", "glob", "grep", "bash(git *)", "bash(ls*)", "bash(cat *)",
            "bash(find *)", "bash(sed -n*)", "bash(rg *)", "bash(sort *)", "bash(awk *)",
-           "bash(tar *)", "bash(xargs *)", "bash(head *)"),
+           "bash(tar *)", "bash(xargs *)", "bash(head *)", "bash(grep *)"),
     ask=("write_file", "edit_file"),
     deny=("read_file(**/appsettings*)",),
 )  # fmt: skip
@@ -155,9 +155,16 @@ async def test_a_file_deny_holds_for_commands_and_secrets_stay_hidden(
         arena.refresh()
         plant(arena)
         for command in ("cat appsettings.json", "cat ./appsettings.json", "cat app*",
-                        "head -1 appsettings.json"):  # fmt: skip
+                        "head -1 appsettings.json", "git show HEAD:appsettings.json",
+                        "sed -n '1r appsettings.json' README.md"):  # fmt: skip
             action, output = await outcome_of(arena, command)
             assert action == "deny", command
+        # Read without being named, it reads empty: what a rule forbids reading is
+        # hidden in the sandbox like a secret.
+        for command in ("grep -r APPSETTINGS .", "tar cf - .", "head -c 200000 big.tar"):
+            action, output = await outcome_of(arena, command)
+            assert action == "allow", command
+            assert "APPSETTINGS-SECRET-5120" not in output, (command, output)
         # The host's users and names are not the sandbox's.
         action, output = await outcome_of(arena, "cat /etc/passwd")
         assert action == "allow"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bot.permissions.options import parse_args, table
 
-__all__ = ["sed_problem"]
+__all__ = ["sed_commands_run", "sed_problem"]
 
 _SED = table(
     flags="nErsuzb",
@@ -72,6 +72,72 @@ def sed_problem(args: tuple[str, ...], *, open_ended: bool = False) -> str | Non
         if problem is not None:
             return problem
     return None
+
+
+def sed_commands_run(args: tuple[str, ...]) -> tuple[list[str], bool]:
+    """The commands ``sed ARGS`` runs with ``e COMMAND``, and whether it runs others.
+
+    The others are lines the script makes (``e`` alone, ``s///e``), a script read from
+    a file, or a script this reader cannot parse: code only known when sed runs.
+    """
+    parsed = parse_args(args, _SED)
+    scripts = parsed.values("expression") or list(parsed.operands[:1])
+    commands: list[str] = []
+    computed = bool(parsed.given("file"))
+    for script in scripts:
+        try:
+            found, made = _commands_run(script)
+        except _Unreadable:
+            computed = True
+            continue
+        commands += found
+        computed = computed or made
+    return commands, computed
+
+
+def _commands_run(script: str) -> tuple[list[str], bool]:
+    reader = _Reader(script)
+    commands: list[str] = []
+    computed = False
+    while True:
+        reader.skip(" \t\n;")
+        if reader.done():
+            return commands, computed
+        if reader.peek() in "#}":
+            reader.until("\n") if reader.peek() == "#" else reader.take()
+            continue
+        reader.address_range()
+        reader.skip(" \t!")
+        command = reader.take()
+        if command == "e":
+            reader.skip(" \t")
+            line = reader.until("\n")
+            commands += [line] if line.strip() else []
+            computed = computed or not line.strip()
+            continue
+        if command == "s":
+            delimiter = reader.take()
+            reader.delimited(delimiter)
+            reader.delimited(delimiter)
+            flags = reader.until(" \t\n;}w")
+            computed = computed or "e" in flags
+            if reader.peek() == "w":
+                reader.take()
+                reader.argument()
+        elif command == "y":
+            delimiter = reader.take()
+            reader.delimited(delimiter)
+            reader.delimited(delimiter)
+        elif command in _TEXT:
+            reader.text()
+        elif command in _LABELLED:
+            reader.label()
+        elif command in _FILE_READS or command in "wWv":
+            reader.argument()
+        elif command in _SIMPLE:
+            reader.skip(" \t0123456789")
+        elif command != "{":
+            raise _Unreadable(f"unknown command {command!r}")
 
 
 def _script_problem(script: str) -> str | None:
