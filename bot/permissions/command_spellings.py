@@ -16,14 +16,18 @@ sure Baton is that it runs:
 
 from __future__ import annotations
 
+import functools
+import os
+import re
 from dataclasses import dataclass, field
 
 from bot.permissions.bash_tree import CommandParseError
+from bot.permissions.command_names import is_command_name
 from bot.permissions.danger_context import CommandContext, command_contexts
-from bot.permissions.git_args import split_git
+from bot.permissions.git_args import GIT_SUBCOMMANDS, split_git
 from bot.permissions.shell_words import parse_command
 
-__all__ = ["CommandSpellings", "command_spellings"]
+__all__ = ["CommandSpellings", "command_spellings", "git_named_at_run_time"]
 
 
 @dataclass(slots=True)
@@ -120,8 +124,9 @@ def _aliased(globals: tuple[str, ...], subcommand: str) -> list[str]:
         if value is None and word.startswith("-c") and len(word) > 2:
             value = word[2:]
         key, _, rest = (value or "").partition("=")
-        if key.lower() == f"alias.{subcommand}".lower() and rest and not rest.startswith("!"):
-            found.append(rest.split()[0])
+        words = rest.split()
+        if key.lower() == f"alias.{subcommand}".lower() and words and not rest.startswith("!"):
+            found.append(words[0])
     return found
 
 
@@ -130,3 +135,43 @@ def _holder(context: CommandContext) -> str:
     while context.via == "tail" and context.parent is not None:
         context = context.parent
     return context.shown
+
+
+# Where git keeps its own commands; a subcommand found neither there nor on PATH (as
+# `git-NAME`) is an alias, defined where the command may have set it.
+_GIT_EXEC_DIRS = ("/usr/lib/git-core", "/usr/libexec/git-core", "/usr/local/libexec/git-core")
+# Settings that change which command `git NAME` is (includes, autocorrect).
+_GIT_REDIRECTING = re.compile(r"(?i)(include(if)?\..*path|help\.autocorrect)=")
+# Variables that give git configuration a rule cannot see (and HOME, whose .gitconfig).
+_GIT_ENVIRONMENT = re.compile(r"(GIT_CONFIG\w*|GIT_EXEC_PATH|GIT_DIR|HOME|XDG_CONFIG_HOME)=")
+
+
+def git_named_at_run_time(contexts: list[CommandContext]) -> CommandContext | None:
+    """A git call whose subcommand is only known when it runs, if any.
+
+    An alias (a subcommand git does not have), a configuration a rule cannot see (an
+    included file, autocorrect, configuration from variables or a changed HOME): any
+    of them may make `git p` a push.
+    """
+    variables = any(_GIT_ENVIRONMENT.match(word) for c in contexts for word in c.words)
+    for context in contexts:
+        if context.program != "git":
+            continue
+        call = split_git(context.args)
+        if not call.subcommand:
+            continue
+        if variables or any(_GIT_REDIRECTING.match(word) for word in call.globals):
+            return context
+        if not _git_has(call.subcommand):
+            return context
+    return None
+
+
+@functools.cache
+def _git_has(subcommand: str) -> bool:
+    if subcommand in GIT_SUBCOMMANDS:
+        return True
+    name = f"git-{subcommand}"
+    if any(os.path.exists(os.path.join(d, name)) for d in _GIT_EXEC_DIRS):
+        return True
+    return is_command_name(name)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from bot.permissions.options import OptionTable, parse_args, table
 from bot.permissions.programs.sed import sed_commands_run
+from bot.permissions.programs.tar import new_style
 
 __all__ = ["COMPUTED_MARK", "EVALUATING_BUILTINS", "EmbeddedCode", "embedded_code", "substitutions"]
 
@@ -44,6 +45,12 @@ _COMMAND_VARIABLES = frozenset(
      "RSYNC_RSH", "CVS_RSH", "BROWSER", "TAR_OPTIONS"}
 )  # fmt: skip
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
+# Variables that give a program options or settings a rule cannot see.
+_CONFIGURING_VARIABLES = frozenset(
+    {"TAR_OPTIONS", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM",
+     "GIT_CONFIG", "GIT_CONFIG_COUNT", "RIPGREP_CONFIG_PATH"}
+)  # fmt: skip
+_MAPFILE = table(flags="t", values="dnOsuCc", names={"C": "callback"})
 
 _TAR_RUNS = table(
     values="IF",
@@ -79,15 +86,28 @@ def embedded_code(program: str, args: Sequence[str], words: Sequence[str]) -> Em
     """
     found = EmbeddedCode()
     for word in words:
-        if (match := _ASSIGNMENT.fullmatch(word)) and _runs_value(match.group(1)):
+        match = _ASSIGNMENT.fullmatch(word)
+        if match and match.group(1) in _CONFIGURING_VARIABLES:
+            found.computed = True  # a program's options or git's settings, from a variable
+        elif match and _runs_value(match.group(1)):
             found.doubtful.append(match.group(2).lstrip("|!"))
     if program in EVALUATING_BUILTINS:
         for arg in args:
             found.scripts += substitutions(arg)
+        # `read GIT_EXTERNAL_DIFF <<< ...`, `printf -v PAGER ...`: a command set from data.
+        if any(_runs_value(arg) or arg in _CONFIGURING_VARIABLES for arg in args):
+            found.computed = True
+    else:
+        # `$(...)` in a quoted value is text here, but code wherever it is evaluated later
+        # (`x='a[$(rm -rf src)]'; echo $((x))`), and in a subscript bash evaluates
+        # (`"${a['$(rm -rf src)']}"`): it may run. (`echo '$(id)'` only prints.)
+        for word in words:
+            if _ASSIGNMENT.match(word) or "${" in word or "$((" in word:
+                found.doubtful += substitutions(word)
     if program == "alias":
         found.scripts += [m.group(2) for arg in args if (m := _ASSIGNMENT.fullmatch(arg))]
     if program in ("mapfile", "readarray"):
-        found.scripts += [args[i + 1] for i, a in enumerate(args[:-1]) if a == "-C"]
+        found.scripts += parse_args(args, _MAPFILE).values("callback")
     if program in ("hash", "enable") and any(a.startswith("-") and set(a[1:]) & set("pf")
                                               for a in args):  # fmt: skip
         found.computed = True  # `hash -p PATH NAME`: NAME now runs another program
@@ -131,11 +151,11 @@ def _closing_paren(text: str, start: int) -> int | None:
 
 
 def _runs_value(name: str) -> bool:
-    return name in _COMMAND_VARIABLES or name.startswith("GIT_CONFIG_VALUE_")
+    return name in _COMMAND_VARIABLES or name.startswith(("GIT_CONFIG_VALUE_", "GIT_CONFIG_KEY_"))
 
 
 def _tar(args: Sequence[str], found: EmbeddedCode) -> None:
-    parsed = parse_args(args, _TAR_RUNS)
+    parsed = parse_args(new_style(tuple(args)), _TAR_RUNS)
     for option in parsed.options:
         if option.value is None:
             continue
@@ -157,14 +177,39 @@ def _sed(args: Sequence[str], found: EmbeddedCode) -> None:
     found.computed = found.computed or computed
 
 
+_AWK_LITERAL = r'"(?:[^"\\]|\\.)*"'
+_AWK_SYSTEM = re.compile(r"\bsystem\b\s*(?:\\\n\s*)*\(?\s*(" + _AWK_LITERAL + r")?")
+_AWK_PIPE_BEFORE = re.compile(r"(" + _AWK_LITERAL + r")\s*$")
+_AWK_PIPE_AFTER = re.compile(r"^&?\s*(" + _AWK_LITERAL + r")")
+
+
 def _awk(args: Sequence[str], found: EmbeddedCode) -> None:
+    """`system("...")` and `"cmd" | getline` / `print | "cmd"` with literal commands;
+    anything else (a command in a variable, data piped into a shell) is computed."""
     for arg in args:
-        for literal in re.findall(r'\bsystem\s*\(\s*"((?:[^"\\]|\\.)*)"\s*\)', arg):
-            found.scripts.append(literal)
-        for literal in re.findall(r'\|&?\s*"((?:[^"\\]|\\.)*)"|"((?:[^"\\]|\\.)*)"\s*\|', arg):
-            found.scripts += [part for part in literal if part]
-        if re.search(r"\bsystem\b|(?<!\|)\|(?!\|)", arg) and not found.scripts:
-            found.computed = True
+        for match in _AWK_SYSTEM.finditer(arg):
+            if match.group(1) is None:
+                found.computed = True
+            else:
+                found.scripts.append(_awk_string(match.group(1)))
+        for match in re.finditer(r"(?<!\|)\|(?!\|)", arg):
+            before = _AWK_PIPE_BEFORE.search(arg[: match.start()])
+            after = _AWK_PIPE_AFTER.match(arg[match.end() :])
+            literal = (after or before).group(1) if (after or before) else None
+            if literal is None:
+                found.computed = True
+                continue
+            command = _awk_string(literal)
+            found.scripts.append(command)
+            if after and command.split()[:1] and command.split()[0] in _SHELLS:
+                found.computed = True  # what is printed into a shell is code
+
+
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "/bin/sh", "/bin/bash"})
+
+
+def _awk_string(literal: str) -> str:
+    return literal[1:-1].replace('\\"', '"').replace("\\\\", "\\")
 
 
 def _with_values(options: OptionTable, names: tuple[str, ...], *, extended: bool) -> _Runner:

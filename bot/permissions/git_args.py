@@ -18,7 +18,14 @@ from dataclasses import dataclass
 
 from bot.permissions.git_writes import git_write_problem
 
-__all__ = ["GitCall", "git_allow_problem", "long_option", "split_git", "work_tree_problem"]
+__all__ = [
+    "GIT_SUBCOMMANDS",
+    "GitCall",
+    "git_allow_problem",
+    "long_option",
+    "split_git",
+    "work_tree_problem",
+]
 
 # Global options that take the next word as their value (unless written `--x=value`).
 _GLOBAL_WITH_VALUE = frozenset(
@@ -52,6 +59,8 @@ _KNOWN = frozenset(
      "write-tree"}
 )  # fmt: skip
 _RUN_TOOLS = frozenset({"difftool", "mergetool", "filter-branch", "daemon", "instaweb"})
+GIT_SUBCOMMANDS = _KNOWN | _RUN_TOOLS | {"help", "send-pack", "http-push", "subtree"}
+"""git's own subcommands (a name outside them and git's exec path is an alias)."""
 _OUTPUT_COMMANDS = frozenset(
     {"log", "show", "diff", "diff-files", "diff-index", "diff-tree", "whatchanged",
      "range-diff", "format-patch", "archive", "shortlog", "stash", "cherry", "rev-list"}

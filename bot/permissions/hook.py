@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import re
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +14,11 @@ from pathlib import Path
 
 from bot.engine.hooks import HookDecision, ToolInvocation
 from bot.errors import WorkspaceError
-from bot.permissions.command_spellings import CommandSpellings, command_spellings
+from bot.permissions.command_spellings import (
+    CommandSpellings,
+    command_spellings,
+    git_named_at_run_time,
+)
 from bot.permissions.danger import DangerMatch, find_command_danger, find_path_danger
 from bot.permissions.danger_context import CommandContext
 from bot.permissions.deadline import JudgingTooLong, judging_until
@@ -466,9 +471,15 @@ def _bare(rules: Sequence[Rule]) -> list[Rule]:
     return [rule for rule in rules if rule.pattern is None]
 
 
+_GLOB_NAME = re.compile(r"[*?]|\[[^\]]+\]|\{[^{}]*(?:,|\.\.)[^{}]*\}")
+
+
 def _computed(program: str) -> bool:
-    """Whether a command's program name is made when it runs: an expansion or a glob."""
-    return any(char in program for char in "$`*?[")
+    """Whether a command's program name is made when it runs: an expansion, a glob
+    (`r[m]`, `r*`) or braces (`r{m,}`); `[` and `[[` are tests, not globs."""
+    if "$" in program or "`" in program:
+        return True
+    return program not in ("[", "[[") and _GLOB_NAME.search(program) is not None
 
 
 def _computed_context(spellings: CommandSpellings) -> CommandContext | None:
@@ -478,7 +489,7 @@ def _computed_context(spellings: CommandSpellings) -> CommandContext | None:
             return context
         if context.program == "git" and _computed(split_git(context.args).subcommand):
             return context  # `git pus[h]`, `git $(echo push)`
-    return None
+    return git_named_at_run_time(spellings.contexts)  # aliases, config a rule cannot see
 
 
 def _matching_rule(

@@ -21,6 +21,7 @@ Whatever the grammar rejects, or what is too large or too deeply nested, raises
 from __future__ import annotations
 
 import functools
+import re
 import shlex
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -501,9 +502,7 @@ def _derived_scripts(
     """Scripts a command runs from its arguments: ``sh -c``, ``eval``, ``xargs``..."""
     levels = command_levels(words)
     command = levels[-1]
-    if not command:
-        return []
-    program, args = command[0], command[1:]
+    program, args = (command[0], command[1:]) if command else ("", ())
 
     def script(text: str) -> NestedScript:
         return NestedScript(kind="script", script=_parse(text, budget, level + 1))
@@ -527,13 +526,15 @@ def _derived_scripts(
             return None
 
     found = _embedded(program, args, command_words(words), script, maybe, run)
+    if not command:
+        return found  # assignments alone (`x='a[$(...)]'`)
     if program in SHELL_PROGRAMS or program in _SOURCES:
         text = shell_script_argument(args) if program in SHELL_PROGRAMS else None
         if text is not None:
             return [*found, script(text)]
         found += [script(body) for body in heredocs]
         found += [script(target) for op, target in redirections(words) if op == "<<<"]
-        if any(arg.startswith(("<(", ">(")) for arg in args):
+        if any(word.startswith(("<(", ">(")) for word in words):
             found.append(_computed(program))  # runs what another command prints
         return found
     # script -c, flock -c, su -c, sg, watch, trap, coproc: at whatever level they run.
@@ -555,12 +556,29 @@ def _derived_scripts(
     # tail's own tails are among these already), and a word holding a command line
     # (`ssh -o ProxyCommand='...'`, `make --eval='...'`).
     found += [run(args[i:], "tail") for i in range(len(args)) if is_command_name(args[i])]
-    for arg in args:
-        # (A substitution's own commands are parsed already, where it stands.)
-        if any(char.isspace() for char in arg) and "$(" not in arg and "`" not in arg:
-            value = arg.partition("=")[2] if "=" in arg.split(None, 1)[0] else arg
-            found += [nested for nested in (maybe(value),) if nested is not None]
+    for index, arg in enumerate(args):
+        if (code := _command_line_value(args[index - 1] if index else "", arg)) is not None:
+            found += [nested for nested in (maybe(code),) if nested is not None]
     return found
+
+
+# Names of options and settings whose value is a command line (`-o ProxyCommand=...`,
+# `--eval=...`, `CLEAN_CMD=...`); prose in other options (`--body '... rm -rf ...'`)
+# is left alone.
+_COMMAND_NAME = re.compile(r"(?i)command|cmd|exec|eval|shell|script|proxy|hook|filter|program")
+
+
+def _command_line_value(previous: str, arg: str) -> str | None:
+    """The command line a word of an unknown program holds, when its name says so."""
+    if not any(char.isspace() for char in arg) or "$(" in arg or "`" in arg:
+        return None  # (a substitution's own commands are parsed where it stands)
+    head = arg.split(None, 1)[0] if arg.strip() else ""
+    if "=" in head:
+        name, _, value = arg.partition("=")
+        return value if _COMMAND_NAME.search(name) else None
+    if previous.startswith("-") and _COMMAND_NAME.search(previous.lstrip("-").split("=")[0]):
+        return arg
+    return None
 
 
 _SOURCES = frozenset({"source", "."})

@@ -269,17 +269,30 @@ def wrapper_script(program: str, args: tuple[str, ...]) -> str | None:
 
 # Stands for code git takes from a variable (`--config-env=core.pager=VAR`): named only
 # when it runs, it is matched as a computed program (see bot.permissions.embedded).
-GIT_ENVIRONMENT_CODE = '"$(code git reads from a variable)"'
+GIT_ENVIRONMENT_CODE = '"$(code git takes from a variable, URL or setting)"'
 # Configuration keys whose value git runs as a shell command (`-c KEY=VALUE`).
 _GIT_COMMAND_KEYS = frozenset(
     {"core.pager", "core.sshcommand", "core.fsmonitor", "core.editor", "core.askpass",
      "sequence.editor", "diff.external", "gpg.program", "gpg.ssh.program", "pager.log",
      "pager.diff", "pager.show", "pager.branch", "pager.status", "interactive.difffilter"}
 )  # fmt: skip
+# Keys by pattern: drivers and filters a `.gitattributes` names, transports, signing.
+_GIT_COMMAND_KEY_PATTERN = re.compile(
+    r"(diff|merge|filter)\..+\.(textconv|command|driver|clean|smudge|process)"
+    r"|remote\..+\.(uploadpack|receivepack|proxy)|gpg(\..+)?\.(program|defaultkeycommand)"
+    r"|core\.gitproxy|uploadpack\.packobjectshook|sendemail\..*(cmd|command)"
+)
+_GIT_ENABLING_KEY_PATTERN = re.compile(r"protocol\..*allow|core\.hookspath")
 # Subcommand options whose value git runs as a shell command.
 _GIT_COMMAND_OPTIONS = {
     "rebase": ("-x", "--exec"),
     "difftool": ("-x", "--extcmd"),
+    "fetch": ("--upload-pack",),
+    "pull": ("--upload-pack",),
+    "ls-remote": ("--upload-pack", "-u"),
+    "clone": ("--upload-pack", "-u"),
+    "push": ("--receive-pack", "--exec"),
+    "archive": ("--exec",),
     "filter-branch": ("--env-filter", "--tree-filter", "--index-filter", "--msg-filter",
                       "--commit-filter", "--tag-name-filter", "--parent-filter"),
 }  # fmt: skip
@@ -314,6 +327,10 @@ def git_scripts(args: tuple[str, ...]) -> list[str]:
             scripts.append(code[1:])
         elif key in _GIT_COMMAND_KEYS or (key.startswith("credential") and code.startswith("!")):
             scripts.append(code.removeprefix("!"))
+        elif _GIT_COMMAND_KEY_PATTERN.fullmatch(key):
+            scripts.append(code)
+        elif _GIT_ENABLING_KEY_PATTERN.fullmatch(key):
+            scripts.append(GIT_ENVIRONMENT_CODE)  # lets ext:: URLs or other programs run
     if not call.subcommand:
         return scripts
     sub, rest = call.subcommand, call.args
@@ -325,6 +342,8 @@ def git_scripts(args: tuple[str, ...]) -> list[str]:
                 len(option) == 2 and word.startswith(option) and len(word) > 2
             ):
                 scripts.append(word.split("=", 1)[1] if "=" in word else word[2:])
+    if any("ext::" in word for word in rest):
+        scripts.append(GIT_ENVIRONMENT_CODE)  # `ext::CMD` runs CMD, %-escaped
     operands = [word for word in rest if not word.startswith("-")]
     if sub == "submodule" and "foreach" in rest:
         # git runs the words after `foreach` (and its options) as one shell line.

@@ -467,6 +467,7 @@ def _set_aside(path: Path) -> str:
     """
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     kind = GIT_STATE_KINDS.get(path.name, "a git operation")
+    _let_owner_write(path)
     try:
         holder = Path(tempfile.mkdtemp(prefix=f"{path.name}.set-aside-by-baton-{stamp}-",
                                        dir=path.parent))  # fmt: skip
@@ -495,6 +496,27 @@ def _set_aside(path: Path) -> str:
         "lists outside the sandbox. Nothing was deleted: a person may move it back on the "
         "host after reading it]"
     )
+
+
+def _let_owner_write(path: Path) -> None:
+    """Give the owner write permission back on `path`'s directory, `path` and all below.
+
+    A command may end with `chmod 555 .git/rebase-merge` (or `.git`): then neither a
+    move nor a removal would work for Baton running as that same user (root is not
+    stopped by modes), and the state would stay for the host's next `--continue`.
+    """
+    for directory in (path.parent, path):
+        with contextlib.suppress(OSError):
+            if directory.is_dir() and not directory.is_symlink():
+                directory.chmod(stat.S_IMODE(directory.stat().st_mode) | stat.S_IRWXU)
+    if not path.is_dir() or path.is_symlink():
+        return
+    for root, directories, _ in os.walk(path):
+        for name in directories:
+            child = Path(root) / name
+            with contextlib.suppress(OSError):
+                if not child.is_symlink():
+                    child.chmod(stat.S_IMODE(child.lstat().st_mode) | stat.S_IRWXU)
 
 
 def _remove_created(path: Path) -> str:

@@ -46,6 +46,18 @@ DENIED = [
     "install -s --strip-program=/usr/bin/rm a b",
     "git submodule foreach rm -rf src",
     "git submodule foreach --recursive 'rm -rf src'",
+    # a second review: git settings and options that run programs
+    "git -c diff.x.textconv='rm -rf src' diff",
+    "git -c filter.x.clean='rm -rf src' add -A",
+    "git -c gpg.format=ssh -c gpg.ssh.defaultKeyCommand='rm -rf src' commit -S -m x",
+    "git -c remote.x.url=. -c remote.x.uploadpack='rm -rf src;:' fetch x",
+    "git fetch --upload-pack='rm -rf src;:' .",
+    "git clone -u 'rm -rf src;:' . copy",
+    "git archive --remote=. --exec='rm -rf src;:' HEAD",
+    # option clusters and old-style bundles
+    "mapfile -tC 'rm -rf src' -c1 < README.md",
+    "readarray -C'rm -rf src' -c1 < README.md",
+    "tar cIf 'rm -rf src' x.tar README.md",
 ]
 
 # Code Baton cannot read, or that may not run: a person decides.
@@ -64,6 +76,22 @@ ASKED = [
     "make --eval='x:;rm -rf src' x",
     "ssh -o ProxyCommand='rm -rf src' x",
     "tar -tf a.tar -F ./next-volume.sh",
+    # a second review: code kept in a variable and evaluated later
+    "x='a[$(rm -rf src)]'; echo $((x))",
+    "x='a[$(rm -rf src)]'; (( x ))",
+    "x='a[$(rm -rf src)]'; let x",
+    "arr=(1); echo \"${arr['$(rm -rf src)']}\"",
+    "read GIT_EXTERNAL_DIFF <<< 'rm -rf src'; export GIT_EXTERNAL_DIFF; git diff",
+    "GIT_CONFIG_PARAMETERS=\"'core.fsmonitor'='rm -rf src'\" git status",
+    "TAR_OPTIONS=\"--to-command='rm -rf src'\" tar -xf x.tar",
+    "git -c protocol.ext.allow=always ls-remote 'ext::sh -c rm% -rf% src'",
+    "r{m,} -rf src",
+    "sh -s < <(echo rm -rf src)",
+    # awk running a command it built, or feeding one to a shell
+    'awk \'BEGIN{system("true"); c="rm -rf src"; system(c)}\'',
+    'awk \'BEGIN{c="rm -rf src"; print c | "sh"}\'',
+    'awk \'BEGIN{print "true" | "cat"; c="rm -rf src"; c | getline}\'',
+    "echo 'rm -rf src' | awk '{print | \"sh\"}'",
 ]
 
 # Each pushes: the rule's approvers must hold.
@@ -76,6 +104,16 @@ PUSHES = [
     "G=git; $G push origin main",
     "git $(echo push) origin main",
     "git subtree push --prefix=docs r main",
+    # a second review: aliases and configuration a rule cannot see
+    "git -c alias.p='-p push' p origin main",
+    "git -c alias.a=b -c alias.b=push a origin main",
+    "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=alias.p GIT_CONFIG_VALUE_0=push git p origin main",
+    "GIT_CONFIG_PARAMETERS=\"'alias.p'='push'\" git p origin main",
+    "git -c help.autocorrect=immediate puhs origin main",
+    "git -c include.path=$PWD/c p origin main",
+    "GIT_CONFIG_GLOBAL=c git p origin main",
+    "HOME=. git p origin main",
+    "x='a[$(git push origin main)]'; echo $((x))",
 ]
 
 
@@ -119,7 +157,13 @@ def test_a_rule_s_approvers_hold_for_every_spelling_of_a_push(
     "command",
     ["let 'n = 1 + 2'", "declare -a 'a=(x y)'", "printf -v out '%s' x", "sed -n 1p README.md",
      "tar -cf - src", "awk '{print $1}' README.md", "LESS=-R less README.md",
-     "ssh -o 'StrictHostKeyChecking no' host uptime"],
+     "ssh -o 'StrictHostKeyChecking no' host uptime",
+     # a second review found these asking: tests, and prose in options
+     "[ -f package.json ] && npm test", "[ -d build ] || mkdir build",
+     '[[ -n "$VIRTUAL_ENV" ]]', "[[ $x == *.py ]] && echo py",
+     "gh pr create --title x --body 'We no longer rm -rf the cache'",
+     "gh issue comment 12 --body 'after git push the CI failed'",
+     "echo '$(whoami)'", "git log --oneline -3"],
 )  # fmt: skip
 def test_ordinary_uses_stay_allowed(repo: Workspace, command: str) -> None:
     assert decide(repo, command, NO_RM).action == "allow", command
@@ -129,3 +173,16 @@ def test_substitutions_are_found_inside_quoted_words() -> None:
     assert substitutions("a[$(rm -rf src)]") == ["rm -rf src"]
     assert substitutions("x=$(a $(b))`c`") == ["a $(b)", "c"]
     assert substitutions("$((1 + 2))") == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["python3 -c 'print(1)' ' '", "npm run x -- ' '", "foo '\t'", "git -c 'alias.p= ' p",
+     "env " * 600 + "ls"],
+)  # fmt: skip
+def test_odd_words_are_judged_not_crashed_on(repo: Workspace, command: str) -> None:
+    """A review found these raising out of the checks (an empty split, an empty alias,
+    a 600-deep `env` chain): a broken check denies with a generic error."""
+    rules = PermissionRules.parse(allow=["bash", "bash(env *)"], deny=["bash(rm *)"])
+    decision = decide(repo, command, rules)
+    assert "permission check failed" not in decision.reason, decision

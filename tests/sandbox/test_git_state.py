@@ -8,11 +8,17 @@ acts on, outside any sandbox. An operator's own rebase in progress stays as it i
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import tempfile
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from bot.sandbox import Sandbox, SandboxPolicy
+from bot.sandbox.runner import _set_aside
 from bot.tools.shell import Bash, BashArgs
 from bot.tools.workspace import Workspace
 from tests.sandbox.conftest import Site
@@ -263,3 +269,54 @@ async def test_names_taken_ahead_cannot_make_the_move_fail(site: Site, history: 
     assert "rebas" not in host_git(root, "status").stdout
     host_git(root, "-c", "core.editor=true", "rebase", "--continue")
     assert not marker.exists()
+
+
+def test_a_state_a_command_locked_is_still_moved_aside_by_a_non_root_baton(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Baton running as the workspace's own user: a command that ends with `chmod 555`
+    on the state (or on `.git`) must not keep it there (a review left a live rebase so).
+    Run as `nobody`, since root is not stopped by modes."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the check as another user")
+    # Not under pytest's own directory, which only root may enter.
+    base = Path(tempfile.mkdtemp(prefix="baton-git-state-"))
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    root = base / "ws"
+    state = root / ".git" / "rebase-merge"
+    (state / "deep").mkdir(parents=True)
+    (state / "git-rebase-todo").write_text("exec touch PWNED\n")
+    for path in (base, root, root / ".git", state, state / "deep"):
+        os.chown(path, 65534, 65534)
+    os.chown(state / "git-rebase-todo", 65534, 65534)
+    base.chmod(0o755)
+    (state / "deep").chmod(0o000)
+    state.chmod(0o555)
+    (root / ".git").chmod(0o555)
+    note = as_nobody(lambda: _set_aside(state))
+    assert "Baton moved" in note, note
+    assert not state.exists()
+    (moved,) = set_aside(root, "rebase-merge")
+    assert (moved / "git-rebase-todo").read_text() == "exec touch PWNED\n"
+
+
+def as_nobody(work: Callable[[], str]) -> str:
+    """Run `work` in a forked child that has become `nobody`; what it returned."""
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to nobody, do the work, report, leave
+        try:
+            os.close(reader)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(writer, work().encode())
+        except BaseException:  # reported to the parent
+            os.write(writer, f"child failed: {traceback.format_exc()}".encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        out = pipe.read().decode()
+    os.waitpid(pid, 0)
+    return out

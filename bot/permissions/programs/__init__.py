@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 
 from bot.permissions.argv import SHELL_PROGRAMS
 from bot.permissions.options import parse_args, table
@@ -37,6 +38,9 @@ from bot.permissions.wrappers import WRAPPERS
 __all__ = ["MODELLED", "RUNNERS", "allow_problem"]
 
 _Model = Callable[..., str | None]
+# `env env env ... ls`: each level is judged in turn, so the chain is bounded.
+_MAX_DEPTH = 8
+_depth: ContextVar[int] = ContextVar("baton_allow_problem_depth", default=0)
 
 _XARGS = table(
     flags="0prtxo",
@@ -78,6 +82,17 @@ def allow_problem(argv: Sequence[str], *, open_ended: bool = False) -> str | Non
     """
     if not argv:
         return None
+    depth = _depth.get()
+    if depth >= _MAX_DEPTH:
+        return f"{argv[0]} is run through more than {_MAX_DEPTH} other programs"
+    token = _depth.set(depth + 1)
+    try:
+        return _problem(argv, open_ended=open_ended)
+    finally:
+        _depth.reset(token)
+
+
+def _problem(argv: Sequence[str], *, open_ended: bool) -> str | None:
     model = _MODELS.get(argv[0])
     if model is None:
         if argv[0] in RUNNERS:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bot.permissions.options import ParsedArgs, parse_args, table
 
-__all__ = ["tar_problem"]
+__all__ = ["new_style", "tar_problem"]
 
 _TAR = table(
     flags="AcdrtuxaBhiklmMoOpPRsSUvwWzjJZGn",
@@ -83,7 +83,7 @@ def tar_problem(args: tuple[str, ...], *, open_ended: bool = False) -> str | Non
     """
     if open_ended:
         return "tar given more arguments by xargs may be given options that run programs"
-    parsed = parse_args(_new_style(args), _TAR)
+    parsed = parse_args(new_style(args), _TAR)
     if (unknown := parsed.unknown()) is not None:
         return f"tar {unknown.word}: an option this check does not know"
     for option in parsed.options:
@@ -112,7 +112,7 @@ def _mode_problem(parsed: ParsedArgs) -> str | None:
     return "tar without a mode this check knows"
 
 
-def _new_style(args: tuple[str, ...]) -> tuple[str, ...]:
+def new_style(args: tuple[str, ...]) -> tuple[str, ...]:
     """``tar cvf a.tar src`` as ``tar -c -v -f a.tar src``; other spellings as they are."""
     if not args or args[0].startswith("-"):
         return args
