@@ -23,7 +23,7 @@ from contextvars import ContextVar
 
 __all__ = ["JudgingTooLong", "check_deadline", "judging_until"]
 
-YIELD_EVERY_S = 0.0002
+YIELD_EVERY_S = 0.0005
 
 _deadline: ContextVar[float | None] = ContextVar("baton_judging_deadline", default=None)
 _last_yield: ContextVar[float] = ContextVar("baton_judging_last_yield", default=0.0)
