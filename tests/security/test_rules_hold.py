@@ -19,7 +19,7 @@ from bot.config import AskRuleConfig, PermissionsConfig
 from tests.fakes.openai_api import FakeOpenAI
 from tests.sandbox.conftest import require
 from tests.security.attacks import Attack
-from tests.security.harness import Arena, run_attack, snapshot
+from tests.security.harness import DOTENV_SECRET, Arena, run_attack, snapshot
 from tests.security.test_battery import open_arena
 
 # The README's read-only style, with the patterned allows a team adds for reading.
@@ -224,3 +224,37 @@ async def test_git_state_a_command_leaves_runs_nothing_for_the_operator(
                 if args == ["status"]:
                     assert b"rebas" not in shown and b"cherry-pick" not in shown, shown
             assert not marker.exists(), plant_command
+
+
+async def test_secret_files_print_nothing_whatever_rule_allowed_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
+) -> None:
+    """With every tool allowed and every question answered yes, programs that print many
+    files (issue 24: `find -exec cat`, `rg -uu`) print no secret of the workspace."""
+    async with open_arena(tmp_path, monkeypatch, fake_llm, permissions=EVERYTHING,
+                          database_in_workspace=False) as arena:  # fmt: skip
+        assert arena.baton is not None
+        require(arena.baton.sandbox)
+        arena.refresh()
+        secrets = {
+            "terraform.tfvars": "TFVARS-SECRET-1",
+            "infra/prod.tfstate": "TFSTATE-SECRET-2",
+            "credentials.json": "CREDENTIALS-SECRET-3",
+            "service-account-ci.json": "SERVICE-ACCOUNT-SECRET-4",
+            "web/.htpasswd": "HTPASSWD-SECRET-5",
+            ".cargo/credentials.toml": "CARGO-SECRET-6",
+            "secrets.yml": "SECRETS-YML-SECRET-7",
+            "tls/server.key": "PRIVATE-KEY-SECRET-8",
+        }
+        for name, canary in secrets.items():
+            path = arena.workspace / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"{canary}\n")
+        for command in ("find . -type f -not -path './.git/*' -exec cat {} +",
+                        "grep -r -a SECRET . --exclude-dir=.git", "cat .env *.tfvars",
+                        "tar cf - --exclude=.git . | strings"):  # fmt: skip
+            _, output = await outcome_of(arena, command, approve=True)
+            printed = [c for c in (DOTENV_SECRET, *secrets.values()) if c in output]
+            assert not printed, (command, printed)
+        _, output = await outcome_of(arena, "cat README.md", approve=True)
+        assert "# Demo" in output
