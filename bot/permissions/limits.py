@@ -75,9 +75,9 @@ def count_parts(command: str, *, stop_after: int | None = None) -> int:
         elif char == "'":
             index = _closing(command, index + 1, "'")
         elif char == '"':
-            index = _double_quoted_end(command, index + 1)
+            index = _quoted_end(command, index + 1, '"')
         elif char == "$" and command.startswith("$'", index):
-            index = _ansi_c_end(command, index + 2)
+            index = _quoted_end(command, index + 2, "'")
         elif char == "#" and (index == 0 or command[index - 1] in " \t\n;&|()"):
             end = command.find("\n", index)
             index = length if end < 0 else end
@@ -121,26 +121,14 @@ def _closing(command: str, start: int, quote: str) -> int:
     return len(command) if end < 0 else end + 1
 
 
-def _double_quoted_end(command: str, start: int) -> int:
+def _quoted_end(command: str, start: int, quote: str) -> int:
+    """The index after a quote that a backslash escapes (`"..."` and `$'...'`)."""
     index = start
     while index < len(command):
         char = command[index]
         if char == "\\":
             index += 2
-        elif char == '"':
-            return index + 1
-        else:
-            index += 1
-    return len(command)
-
-
-def _ansi_c_end(command: str, start: int) -> int:
-    index = start
-    while index < len(command):
-        char = command[index]
-        if char == "\\":
-            index += 2
-        elif char == "'":
+        elif char == quote:
             return index + 1
         else:
             index += 1

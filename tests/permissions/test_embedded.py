@@ -7,16 +7,15 @@ a rule's approvers) with nobody asked, under `allow: [bash]` and `deny: ["bash(r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from bot.engine import HookDecision
 from bot.permissions.embedded import substitutions
-from bot.permissions.hook import PermissionHook
 from bot.permissions.rules import PermissionRules, Rule
-from bot.tools import Workspace, build_workspace_tools
+from bot.tools import Workspace
+from tests.permissions.judge import judge_command
 
 PUSH_APPROVERS = Rule.parse("bash(git push*)").with_approvers(["U1"])
 NO_RM = PermissionRules.parse(allow=["bash"], deny=["bash(rm *)"], ask=[PUSH_APPROVERS])
@@ -125,10 +124,7 @@ def repo(tmp_path: Path) -> Workspace:
 
 
 def decide(workspace: Workspace, command: str, rules: PermissionRules) -> HookDecision:
-    hook = PermissionHook(rules, workspace)
-    bash = build_workspace_tools(workspace).get("bash")
-    assert bash is not None
-    return hook.check(bash, bash.parse_arguments(json.dumps({"command": command})))
+    return judge_command(workspace, command, rules)
 
 
 @pytest.mark.parametrize("command", DENIED)

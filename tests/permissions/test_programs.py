@@ -8,16 +8,15 @@ Every call goes through the real permission hook and the real Bash tool's argume
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from bot.engine import HookDecision
-from bot.permissions.hook import PermissionHook
 from bot.permissions.programs import MODELLED, allow_problem
 from bot.permissions.rules import PermissionRules
-from bot.tools import Workspace, build_workspace_tools
+from bot.tools import Workspace
+from tests.permissions.judge import judge_command
 
 READ_ONLY_STYLE = PermissionRules.parse(
     allow=["read_file", "list_dir", "glob", "grep", "bash(git *)", "bash(ls*)", "bash(cat *)",
@@ -264,10 +263,7 @@ FRIENDLY = [
 
 
 def decide(workspace: Workspace, command: str) -> HookDecision:
-    hook = PermissionHook(READ_ONLY_STYLE, workspace)
-    bash = build_workspace_tools(workspace).get("bash")
-    assert bash is not None
-    return hook.check(bash, bash.parse_arguments(json.dumps({"command": command})))
+    return judge_command(workspace, command, READ_ONLY_STYLE)
 
 
 @pytest.fixture

@@ -8,16 +8,15 @@ of its words that names a command, and asks.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from bot.engine import HookDecision
-from bot.permissions.hook import PermissionHook
 from bot.permissions.rules import PermissionRules, Rule
 from bot.permissions.shell_words import split_segments
-from bot.tools import Workspace, build_workspace_tools
+from bot.tools import Workspace
+from tests.permissions.judge import judge_command
 
 ALLOW_ALL_BUT_RM = PermissionRules.parse(
     allow=["bash"],
@@ -129,13 +128,10 @@ HARMLESS = [
 ]
 
 
-def decide(workspace: Workspace, command: str, rules: PermissionRules = ALLOW_ALL_BUT_RM) -> (
-    HookDecision
-):  # fmt: skip
-    hook = PermissionHook(rules, workspace)
-    bash = build_workspace_tools(workspace).get("bash")
-    assert bash is not None
-    return hook.check(bash, bash.parse_arguments(json.dumps({"command": command})))
+def decide(
+    workspace: Workspace, command: str, rules: PermissionRules = ALLOW_ALL_BUT_RM
+) -> HookDecision:
+    return judge_command(workspace, command, rules)
 
 
 @pytest.fixture

@@ -8,17 +8,16 @@ the few departures below, each with its reason; what Codex calls safe must be ap
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from bot.engine import HookDecision
 from bot.permissions.argv import program_name
-from bot.permissions.hook import PermissionHook
 from bot.permissions.plain import plain_commands
 from bot.permissions.rules import PermissionRules
-from bot.tools import Workspace, build_workspace_tools
+from bot.tools import Workspace
+from tests.permissions.judge import judge_command
 from tests.security.codex_vectors import DANGEROUS, SAFE, UNSAFE, CodexVector
 
 # Codex never vouches for git: "repository configuration can make even read-only Git
@@ -85,10 +84,7 @@ def rules_for(command: str) -> PermissionRules:
 
 
 def judge(workspace: Workspace, command: str, rules: PermissionRules) -> HookDecision:
-    bash = build_workspace_tools(workspace).get("bash")
-    assert bash is not None
-    hook = PermissionHook(rules, workspace)
-    return hook.check(bash, bash.parse_arguments(json.dumps({"command": command})))
+    return judge_command(workspace, command, rules)
 
 
 def label(vector: CodexVector) -> str:
