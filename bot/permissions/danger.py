@@ -139,7 +139,10 @@ _DIRECTORY_CHANGERS = frozenset({"cd", "pushd", "popd"})
 
 
 def find_command_danger(
-    command: str, *, path_exists: PathExists | None = None
+    command: str,
+    *,
+    path_exists: PathExists | None = None,
+    contexts: Sequence[CommandContext] | None = None,
 ) -> DangerMatch | None:
     """Check a ``bash`` command against :data:`DANGER_PATTERNS`.
 
@@ -151,6 +154,8 @@ def find_command_danger(
         path_exists: Whether a path relative to the workspace root exists; it tells
             ``git checkout BRANCH`` from ``git checkout PATH``. Without it only '.',
             globs and pathspec magic count as paths.
+        contexts: The command's simple commands, when the caller has read them
+            already (the permission hook has); else they are read here.
 
     Returns:
         The match of the most severe pattern that applies (the first in the table),
@@ -159,13 +164,14 @@ def find_command_danger(
     """
     if _FORK_BOMB_RE.search(command):
         return PATTERN_BY_ID["fork-bomb"].match(shown_text(command))
-    try:
-        script = parse_command(command)
-    except CommandParseError as exc:
-        pattern = PATTERN_BY_ID["unparsable-command"]
-        return DangerMatch(pattern=pattern.id, reason=f"{pattern.title} ({exc}): "
-                           f"{pattern.consequence}")  # fmt: skip
-    contexts = list(command_contexts(script, via=None, parent=None))
+    if contexts is None:
+        try:
+            script = parse_command(command)
+        except CommandParseError as exc:
+            pattern = PATTERN_BY_ID["unparsable-command"]
+            return DangerMatch(pattern=pattern.id, reason=f"{pattern.title} ({exc}): "
+                               f"{pattern.consequence}")  # fmt: skip
+        contexts = list(command_contexts(script, via=None, parent=None))
     if path_exists is not None:
         if any(context.program in _DIRECTORY_CHANGERS for context in contexts):
             # Paths are no longer relative to the root: any word may name one.

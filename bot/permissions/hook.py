@@ -154,13 +154,7 @@ class PermissionHook:
 
     def _too_complex(self, tool: Tool, why: str) -> HookDecision:
         """Ask a person about a call not judged; every rule's approvers hold, since any might."""
-        sets = tuple(
-            dict.fromkeys(
-                rule.approvers
-                for rule in self.rules.ask
-                if rule.approvers and rule.tool == tool.name
-            )
-        )
+        sets = self._approver_sets(tool, [], computed=True)
         return HookDecision.ask(f"{TOO_COMPLEX}: {why}", risk="too-complex", approver_sets=sets)
 
     def _approver_sets(
@@ -251,7 +245,9 @@ class PermissionHook:
         denial, concern = protected_words(spellings.contexts, self.workspace)
         if denial is not None:
             return HookDecision.deny(denial)
-        danger = find_command_danger(command, path_exists=self._path_exists)
+        danger = find_command_danger(
+            command, path_exists=self._path_exists, contexts=spellings.contexts or None
+        )
         if danger is None:
             danger = concern or self._doubtful_denial(tool, spellings)
         elif concern is not None:
@@ -294,6 +290,7 @@ class PermissionHook:
             self.rules.deny,
             root=str(self.workspace.root),
             spellings=self._word_spellings,
+            exists=self._path_exists,
         )
         if found is None:
             return None

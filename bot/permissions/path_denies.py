@@ -14,7 +14,6 @@ matches the pattern's text (``grep -r appsettings .`` searches for the word) ask
 from __future__ import annotations
 
 import glob
-import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ def path_denial(
     *,
     root: str,
     spellings: Callable[[str], list[str]],
+    exists: Callable[[str], bool],
 ) -> PathDenial | None:
     """The first file-tool deny rule a word of the command matches, certain ones first.
 
@@ -60,6 +60,7 @@ def path_denial(
         root: The workspace root, where relative words and globs are read.
         spellings: The spellings of a path word (as written, normalised, and the
             workspace path it really leads to).
+        exists: Whether a path (relative to the workspace root) names something.
 
     Returns:
         The denial, or None.
@@ -86,7 +87,7 @@ def path_denial(
                 rule = next((r for r in denying if r.matches(r.tool, forms, "path")), None)
                 if rule is None:
                     continue
-                certain = target or name != word or "/" in name or _exists(root, name)
+                certain = target or name != word or "/" in name or exists(name)
                 if certain:
                     return PathDenial(rule=rule, word=name, certain=True)
                 doubtful = doubtful or PathDenial(rule=rule, word=name, certain=False)
@@ -139,10 +140,3 @@ def _expanded(word: str, root: str) -> list[str]:
     except (OSError, ValueError, RecursionError):
         return []
     return found
-
-
-def _exists(root: str, name: str) -> bool:
-    try:
-        return os.path.lexists(name if os.path.isabs(name) else os.path.join(root, name))
-    except (OSError, ValueError):
-        return True

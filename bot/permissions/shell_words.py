@@ -557,8 +557,9 @@ def _derived_scripts(
     # (`ssh -o ProxyCommand='...'`, `make --eval='...'`).
     found += [run(args[i:], "tail") for i in range(len(args)) if is_command_name(args[i])]
     for index, arg in enumerate(args):
-        if (code := _command_line_value(args[index - 1] if index else "", arg)) is not None:
-            found += [nested for nested in (maybe(code),) if nested is not None]
+        code = _command_line_value(args[index - 1] if index else "", arg)
+        if code is not None and (nested := maybe(code)) is not None:
+            found.append(nested)
     return found
 
 

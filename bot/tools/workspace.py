@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bot.errors import ToolError, WorkspaceError
+from bot.sandbox.policy import GIT_STATE_NAMES
 from bot.tools.safe_open import (
     MAX_REOPEN_ATTEMPTS,
     Identity,
@@ -34,10 +35,9 @@ PROTECTED_DIR = ".baton"
 # Directories and files in every workspace that make programs run for the next person
 # who types a git command there: readable, never writable by a tool.
 GIT_CONTROL_DIRS = (".git/hooks", ".git/modules", ".git/worktrees")
-# git's state for a rebase, `git am`, cherry-pick or revert in progress, which the next
-# `--continue` acts on (a rebase's todo list runs its `exec` lines).
-GIT_STATE_DIRS = (".git/rebase-merge", ".git/rebase-apply", ".git/sequencer")
-GIT_PROTECTED_DIRS = (*GIT_CONTROL_DIRS, *GIT_STATE_DIRS)
+# And git's state for a rebase, `git am`, cherry-pick or revert in progress, which the
+# next `--continue` acts on (a rebase's todo list runs its `exec` lines): the sandbox's
+# GIT_STATE_NAMES.
 # `.git` itself too: in a linked worktree (an isolated child's) it is a file naming the
 # repository, and one pointing elsewhere would make the next git command read a config
 # (filters, fsmonitor) the model wrote.
@@ -119,7 +119,7 @@ class Workspace:
         self._dir_kinds = {
             self.protected_dir: BATON_DIRECTORY,
             **{self.root / name: GIT_CONTROL for name in GIT_CONTROL_DIRS},
-            **{self.root / name: GIT_STATE for name in GIT_STATE_DIRS},
+            **{self.root / name: GIT_STATE for name in GIT_STATE_NAMES},
         }
         self.protected_dirs = tuple(self._dir_kinds)
         # The operator's own protected files (the config), apart from git's, which the
