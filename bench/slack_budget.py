@@ -90,7 +90,7 @@ async def measure(runs: int, latency: float, speed: float) -> None:
                     ):
                         landed[n] = time.perf_counter() - began
                 await asyncio.sleep(0.05)
-            while any(not t.done() for t in harness.surface.threads._tasks):  # noqa: ASYNC110
+            while any(not t.done() for t in harness.surface.turns._tasks):  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
             finished = time.perf_counter() - began
             calls = Counter(c.method for c in harness.slack.calls)

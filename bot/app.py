@@ -21,6 +21,7 @@ from bot.permissions.hook import PermissionHook
 from bot.redaction import Redactor
 from bot.sandbox import Sandbox, sqlite_companions
 from bot.sessions import Conversations
+from bot.sessions.turns import TurnParts
 from bot.sites import SharedParts, Site, agent_roots, build_site, site_directories
 from bot.store import Database, EventLedger, SessionStore
 from bot.store.instances import HEARTBEAT_EVERY_S, STALE_AFTER_S, Instances
@@ -116,6 +117,22 @@ class Baton:
             return f"There is no task `{task_id}`."
         root = self.site_for(task.channel_id).root
         return await discard_branch(self.tracker, task, root=root, by=by)
+
+    def turn_parts(self) -> TurnParts:
+        """What the turn machine of a surface works with."""
+        return TurnParts(
+            database=self.database,
+            instances=self.instances,
+            signals=self.signals,
+            tracker=self.tracker,
+            sessions=self.default_site.conversations.store,
+            usage=self.usage,
+            budgets=self.budgets,
+            limits=self.settings.limits,
+            redact=self.redact,
+            conversations_for=lambda channel: self.site_for(channel).conversations,
+            agents_for=lambda channel: self.site_for(channel).agents,
+        )
 
     @property
     def sites(self) -> tuple[Site, ...]:

@@ -1,24 +1,39 @@
-"""`baton chat`: the main agent in a terminal, on the same engine and sessions as Slack."""
+"""`baton chat`: the terminal as a surface of the turn machine, as Slack is.
+
+A line is a message of the session's one thread: it is stored, checked against the
+budgets, queued under `limits`, and run as a turn, exactly as a mention in Slack. A
+line typed while a run works steers it (at a terminal; piped input is a script, read
+one turn at a time), a pending approval takes the next line, Ctrl-C cancels the run,
+and a run a restart interrupted is offered again (`/retry`). Events are described as
+in Slack's progress message (bot/describe_end.py, bot/subagents/runner.py), redacted
+the same way. Library logs never print between the prompt and the answer: they go
+to stderr at WARNING (see bot/cli.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import hashlib
 import logging
 import signal
 import sys
 import threading
-from collections.abc import Coroutine
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, TextIO
 
+from bot.access.admission import QueuePosition
+from bot.access.refusal import Refusal
 from bot.app import Baton, build_baton
 from bot.config import Settings
+from bot.describe_end import describe_end, queued_status, redacted_detail
 from bot.engine import (
     ApprovalDecision,
+    ApprovalFunc,
     ApprovalRequest,
-    Compacted,
-    Done,
+    ApprovalRequired,
     ErrorEvent,
     ModelWaiting,
     RunEvent,
@@ -26,22 +41,26 @@ from bot.engine import (
     ToolResult,
     ToolStart,
 )
-from bot.sessions import UnknownAgentError
-from bot.store import SessionKey
+from bot.outcomes import RunEnd
+from bot.sessions.surface import Prompt, RunTicket, Where
+from bot.sessions.turns import TurnMachine
+from bot.slack.timeline import redacted_event
+from bot.store import SessionKey, SessionRecord
+from bot.store.instances import HEARTBEAT_EVERY_S
+from bot.store.runs import RunRecord
 from bot.store.tasks import TaskRecord
+from bot.store.thread_inbox import Inbound, ThreadMessage
 from bot.subagents import SubAgentEvent
 from bot.subagents.runner import describe_event
 
 logger = logging.getLogger(__name__)
 
-CHAT_STOP_NOTES = {
-    "max_turns": " · stopped at the turn limit",
-    "budget": " · stopped at the token budget",
-    "length": " · answer cut at the model's output limit",
-    "content_filter": " · stopped by the provider's content filter",
-}
-
 STATE_MARKS = {"running": "●", "completed": "✓", "failed": "✗", "cancelled": "⊘"}
+# Who the person at the terminal is, to budgets, limits and run records.
+TERMINAL_USER = "terminal"
+TERMINAL_CHANNEL = "terminal"
+# How long /exit lets background tasks finish before stopping them (Ctrl-C stops sooner).
+EXIT_GRACE_S = 3600.0
 
 HELP = """\
 Type a message and press Enter. Commands:
@@ -49,13 +68,15 @@ Type a message and press Enter. Commands:
   /agents       list the sub-agents
   /tasks [ID]   list this session's tasks, or show one with its log
   /cancel ID    cancel a running background task
+  /retry [RUN]  run again a run a restart interrupted
   /help         this help
   /exit         leave (Ctrl-D works too)
-Ctrl-C stops the answer in progress. The conversation is kept: run `baton chat` again
-to continue it, or `baton chat --session NAME` for a separate one."""
+A line typed while an answer is being written steers it. Ctrl-C stops the answer in
+progress. The conversation is kept: run `baton chat` again to continue it, or
+`baton chat --session NAME` for a separate one."""
 
 
-class _LineReader:
+class LineReader:
     """Reads stdin on a daemon thread, so a pending read never keeps the process alive."""
 
     def __init__(self, stream: TextIO, loop: asyncio.AbstractEventLoop) -> None:
@@ -76,36 +97,215 @@ class _LineReader:
         return line
 
 
-class TerminalChat:
-    """A read-eval-print loop over one session."""
+class Terminal:
+    """Lines out, with a notion of whether the cursor is mid-line."""
 
-    def __init__(self, baton: Baton, key: SessionKey, *, stdin: TextIO, stdout: TextIO) -> None:
-        self.baton = baton
-        # The terminal has no channel: it works in the default workspace.
-        self.site = baton.default_site
-        self.key = key
-        # Error texts quote database URLs, SQL parameters and headers: never shown whole.
-        self.redact = baton.redact
-        self.stdin = stdin
-        self.out = stdout
-        self._approval_lock = asyncio.Lock()
-        self._mid_line = False
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.mid_line = False
 
     def write(self, text: str) -> None:
         self.out.write(text)
         self.out.flush()
         if text:
-            self._mid_line = not text.endswith("\n")
+            self.mid_line = not text.endswith("\n")
 
     def line(self, text: str) -> None:
-        if self._mid_line:
+        if self.mid_line:
             self.write("\n")
         self.write(text + "\n")
 
+
+def thread_of(name: str) -> str:
+    """The thread id of a named chat session (ids are short: names need not be)."""
+    return hashlib.sha256(name.encode()).hexdigest()[:24]
+
+
+class TerminalSurface:
+    """The terminal, as the turn machine talks to it: one session's thread."""
+
+    kind = "chat"
+
+    def __init__(self, key: SessionKey, terminal: Terminal, *, redact: Any) -> None:
+        self.key = key
+        self.where = Where(TERMINAL_CHANNEL, thread_of(key.name or "default"))
+        self.terminal = terminal
+        self.redact = redact
+        self.approver: ApprovalFunc | None = None
+        self.retryable: list[str] = []  # runs a restart interrupted, newest last
+
+    def clean(self, text: str) -> str:
+        return text.strip()
+
+    async def speaker(self, user_id: str) -> str:
+        return ""  # one person talks: the model needs no name
+
+    async def prompt(self, text: str, files: Sequence[dict[str, Any]]) -> Prompt:
+        return Prompt(text=text)
+
+    async def thread_context(self, where: Where, before_ts: str) -> str | None:
+        return None
+
+    async def acknowledge(self, message: ThreadMessage) -> None:
+        self.terminal.line("  ✉ the agent reads this before its next model call")
+
+    async def refuse(self, where: Where, *, user_id: str, refusal: Refusal, is_dm: bool) -> None:
+        self.terminal.line(f"✗ {refusal.text}")
+
+    async def say(self, where: Where, text: str) -> None:
+        self.terminal.line(text)
+
+    async def report(self, where: Where, text: str) -> None:
+        self.terminal.line(f"✗ {self.redact(text)}")
+
+    def describe_failure(self, exc: Exception) -> str | None:
+        return None
+
+    async def offer_retry(self, where: Where, run_id: str) -> None:
+        self._offer(run_id)
+
+    async def show_interrupted(self, record: RunRecord, *, retryable: bool) -> None:
+        if Where(record.channel_id, record.thread_ts) == self.where and retryable:
+            self._offer(record.id)
+
+    def _offer(self, run_id: str) -> None:
+        self.retryable.append(run_id)
+        self.terminal.line(f"✗ Run {run_id} was interrupted by a restart: /retry runs it again")
+
+    def view(self, run: RunTicket) -> TerminalTurnView:
+        return TerminalTurnView(self.terminal, redact=self.redact)
+
+    def approval(self, run: RunTicket) -> ApprovalFunc:
+        assert self.approver is not None
+        return self.approver
+
+    def where_of(self, session: SessionRecord) -> Where | None:
+        return self.where if session.key == self.key.key else None
+
+    def results_window_s(self) -> float:
+        return 0.0  # a terminal prints as fast as tasks end
+
+    async def post_results(self, where: Where, waiting: list[TaskRecord]) -> None:
+        for record in waiting:
+            mark = STATE_MARKS.get(record.state, "?")
+            self.terminal.line(
+                f"{mark} background {record.id} ({record.agent}) {record.state}; its result "
+                f"goes into your next message. /tasks {record.id} shows it."
+            )
+        waiting.clear()
+
+
+class TerminalTurnView:
+    """One run at the terminal: its answer as it is written, its steps as lines."""
+
+    def __init__(self, terminal: Terminal, *, redact: Any) -> None:
+        self.terminal = terminal
+        self.redact = redact
+        self.written = ""  # the answer as shown so far
+        self.header_shown = False
+
+    async def open(self) -> str | None:
+        return None
+
+    def queued(self, place: QueuePosition) -> None:
+        self.terminal.line(queued_status(place).replace("Cancel withdraws", "Ctrl-C withdraws"))
+
+    def working(self) -> None:
+        return None
+
+    def show(self, event: RunEvent) -> None:
+        if isinstance(event, TextDelta):
+            self._write(event.text)
+        elif isinstance(event, ModelWaiting):
+            void = "; the answer above starts again" if event.discard_text else ""
+            self.terminal.line(f"… {event.describe()}{void}")
+            if event.discard_text:
+                self.written = ""
+        elif isinstance(event, ToolStart | ToolResult):
+            # An ErrorEvent is reported whole (Surface.report), an approval asked as such.
+            self._line(event)
+
+    def show_child(self, update: SubAgentEvent) -> None:
+        self._line(update.event, agent=update.agent)
+
+    def show_direct(self, update: SubAgentEvent) -> None:
+        event = update.event
+        if isinstance(event, TextDelta):
+            self._header(update.agent, update.task_id)
+            self._write(event.text)
+        elif isinstance(event, ModelWaiting) and event.discard_text:
+            self.written = ""
+            self.terminal.line(f"… {event.describe()}; the answer above starts again")
+        elif not isinstance(event, ErrorEvent | ApprovalRequired):
+            self._line(event, agent=update.agent)
+
+    def _header(self, agent: str, task_id: str) -> None:
+        if not self.header_shown:
+            self.header_shown = True
+            self.terminal.line(f"◆ {agent} · {task_id}")
+
+    def _write(self, text: str) -> None:
+        self.written += text
+        self.terminal.write(text)
+
+    def _line(self, event: RunEvent, *, agent: str | None = None) -> None:
+        if line := describe_event(redacted_event(event, self.redact)):
+            line = self.redact(f"[{agent}] {line}" if agent else line)
+            self.terminal.line(f"  {line}")
+
+    async def answer(
+        self, text: str, *, agent: str | None = None, task_id: str | None = None
+    ) -> None:
+        if agent is not None and task_id is not None:
+            self._header(agent, task_id)
+        if text.strip() != self.written.strip():
+            # Not (all) shown as it came: a failure leads it, or it came whole.
+            self.terminal.line(text)
+        elif self.terminal.mid_line:
+            self.terminal.write("\n")
+
+    async def finish(self, end: RunEnd) -> None:
+        self.terminal.line(f"── {describe_end(end)}")
+
+
+class TerminalChat:
+    """A read-eval-print loop over one session, on the turn machine."""
+
+    def __init__(
+        self,
+        baton: Baton,
+        key: SessionKey,
+        *,
+        stdin: TextIO,
+        stdout: TextIO,
+        steer: bool | None = None,
+    ) -> None:
+        self.baton = baton
+        # The terminal has no channel: it works in the default workspace.
+        self.site = baton.default_site
+        self.key = key
+        self.redact = baton.redact
+        self.stdin = stdin
+        self.terminal = Terminal(stdout)
+        self.surface = TerminalSurface(key, self.terminal, redact=baton.redact)
+        self.surface.approver = self._approve
+        self.turns = TurnMachine(self.surface, baton.turn_parts(), access=_Operator())
+        # At a terminal a line typed during a run steers it; piped input is a script.
+        self.steer = stdin.isatty() if steer is None else steer
+        self._approval: asyncio.Future[str | None] | None = None
+        self._approval_lock = asyncio.Lock()
+        self._wants_line = asyncio.Event()
+        self._maintenance: asyncio.Task[None] | None = None
+
+    def line(self, text: str) -> None:
+        self.terminal.line(text)
+
     async def loop(self) -> None:
-        self.reader = _LineReader(self.stdin, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        self.reader = LineReader(self.stdin, loop)
         self.session_id = (await self.site.conversations.store.get_or_create(self.key)).id
-        self.baton.tracker.on_finish(self.notify_finished)
+        self.baton.tracker.on_finish(self.turns.post_task_finished)
+        self.baton.instances.on_lost(self.turns.on_lost)
         self.baton.start_heartbeat()
         await self.baton.recover_tasks()
         await self.baton.recover_worktrees()
@@ -117,124 +317,163 @@ class TerminalChat:
         )
         if self.site.sandbox_notice:
             self.line(f"⚠ {self.site.sandbox_notice}")
-        while True:
-            self.write("> ")
-            text = await self.reader.next()
-            if text is None or text.strip() in {"/exit", "/quit"}:
-                self.line("")
-                await self._finish_background()
-                return
-            text = text.strip()
-            if not text:
-                continue
-            if text == "/help":
-                self.line(HELP)
-            elif text == "/agents":
-                self._show_agents()
-            elif text == "/tasks" or text.startswith("/tasks "):
-                await self._show_tasks(text.removeprefix("/tasks").strip())
-            elif text.startswith("/cancel"):
-                await self._cancel(text.removeprefix("/cancel").strip())
-            elif text.startswith("@"):
-                name, _, rest = text[1:].partition(" ")
-                await self._run_turn(self._direct(name, rest.strip()))
-            else:
-                await self._run_turn(self._consume(text))
-
-    async def _run_turn(self, work: Coroutine[Any, Any, None]) -> None:
-        loop = asyncio.get_running_loop()
-        turn = asyncio.create_task(work)
+        await self.turns.tidy()
+        self._maintenance = asyncio.create_task(self._maintain(), name="chat-maintenance")
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGINT, turn.cancel)
+            loop.add_signal_handler(signal.SIGINT, self._interrupt)
         try:
-            await turn
-        except asyncio.CancelledError:
-            if not turn.cancelled():
-                raise
-            self.line("⊘ stopped")
-        except Exception as exc:
-            # The traceback holds what redaction removes; --log-level DEBUG shows it.
-            logger.debug("turn failed", exc_info=True)
-            self.line(self.redact(f"✗ Something went wrong: {type(exc).__name__}: {exc}"))
+            async for text in self._lines():
+                if not await self._handle(text):
+                    break
+            await self.turns.idle()
+            await self._finish_background()
         finally:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
+            if self._maintenance is not None:
+                self._maintenance.cancel()
+                await asyncio.gather(self._maintenance, return_exceptions=True)
+            await self.turns.drain(0)
+            await self.turns.interrupt()
+            await self.turns.stop_watching()
 
-    async def _consume(self, text: str) -> None:
-        async for event in self.site.conversations.run_turn(
-            self.key, text, approval=self._approve, progress=self._show_child
-        ):
-            self._show(event)
+    async def _lines(self) -> AsyncIterator[str]:
+        """The person's lines: each one when the chat can take it (an approval's answer
+        goes to the approval, not here)."""
+        while True:
+            await self._ready()
+            if not self.turns.runs and self._approval is None:
+                self.terminal.write("> ")
+            text = await self.reader.next()
+            if self._approval is not None:
+                self._approval.set_result(text)
+                self._approval = None  # the next line is not its answer
+                continue
+            if text is None or text.strip() in {"/exit", "/quit"}:
+                self.line("")
+                return
+            if text.strip():
+                yield text.strip()
 
-    async def _direct(self, name: str, text: str) -> None:
-        if not text:
-            self.line(f"Write the task after the name: @{name or 'explore'} what to do")
+    async def _ready(self) -> None:
+        """Until a line may be read: at once when steering, or when a run waits for an
+        approval; otherwise once the turn machine is idle."""
+        if self.steer or self._approval is not None:
             return
+        idle = asyncio.create_task(self.turns.idle())
+        asking = asyncio.create_task(self._wants_line.wait())
         try:
-            outcome = await self.site.conversations.run_agent(
-                self.key, name, text, approval=self._approve, progress=self._show_child
+            await asyncio.wait([idle, asking], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            idle.cancel()
+            asking.cancel()
+        self._wants_line.clear()
+
+    async def _handle(self, text: str) -> bool:
+        """Act on one line; False to leave."""
+        if text == "/help":
+            self.line(HELP)
+        elif text == "/agents":
+            for definition in self.site.agents.definitions():
+                self.line(f"  {definition.name}: {definition.description}")
+        elif text == "/tasks" or text.startswith("/tasks "):
+            await self._show_tasks(text.removeprefix("/tasks").strip())
+        elif text.startswith("/cancel"):
+            await self._cancel(text.removeprefix("/cancel").strip())
+        elif text == "/retry" or text.startswith("/retry "):
+            await self._retry(text.removeprefix("/retry").strip())
+        else:
+            await self._send(text)
+        return True
+
+    async def _send(self, text: str) -> None:
+        """A message of the session: stored, then dispatched like any surface's."""
+        stored = await self.turns.intake(
+            Inbound(
+                session_key=self.key.key,
+                channel_id=self.surface.where.channel_id,
+                thread_ts=self.surface.where.thread_ts,
+                # Unique, and in the order typed (as Slack's ts are).
+                ts=f"{time.time():.6f}-{uuid.uuid4().hex[:8]}",
+                user_id=TERMINAL_USER,
+                text=text,
             )
-        except UnknownAgentError as exc:
-            self.line(f"✗ {exc}")
-            return
-        self.line(f"◆ {outcome.agent} ({outcome.task_id}, {outcome.state}):")
-        if outcome.error:
-            self.line(f"✗ {self.redact(outcome.error)}")
-        self.line(outcome.text or "(no text)")
-        self.line(
-            f"── {outcome.turns} turns · {outcome.usage.prompt_tokens:,} in / "
-            f"{outcome.usage.completion_tokens:,} out tokens"
         )
+        if stored is None:
+            self.line("✗ Not taken: Baton is stopping")
+            return
+        self.turns.spawn(self.turns.dispatch(stored), f"message-{stored.id}")
+        # Let the dispatch start before the next line is awaited.
+        await asyncio.sleep(0)
+
+    def _interrupt(self) -> None:
+        """Ctrl-C: cancel the runs going on; at the prompt, leave."""
+        if not self.turns.runs:
+            self.reader.queue.put_nowait(None)
+            return
+        for run_id in list(self.turns.runs):
+            self.turns.spawn(self.turns.cancel(run_id, by=""), f"cancel-{run_id}")
+
+    async def _retry(self, run_id: str) -> None:
+        run_id = run_id or (self.surface.retryable[-1] if self.surface.retryable else "")
+        if not run_id:
+            self.line("✗ no interrupted run to retry")
+            return
+        why_not = await self.turns.retry(
+            run_id, user_id=TERMINAL_USER, team_id=None, enterprise_id=None, user_team=None
+        )
+        if why_not is not None:
+            self.line(f"✗ {why_not}")
+
+    async def _maintain(self) -> None:
+        # A previous chat that died mid-run: its run is offered again once it is known
+        # dead (its heartbeat expired), even if that is after this chat started.
+        while True:
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
+            try:
+                await self.turns.tidy()
+            except Exception:
+                logger.exception("chat maintenance failed")
 
     async def _finish_background(self) -> None:
         running = self.baton.tracker.running_here
         if not running:
             return
         self.line(f"Waiting for {running} background task(s) to finish (Ctrl-C stops them)…")
-        await self._run_turn(self.baton.tracker.wait_for_children())
-
-    def _show_child(self, update: SubAgentEvent) -> None:
-        if update.background:
-            return  # background work is reported when it finishes
-        if line := describe_event(update.event):
-            self.line(self.redact(f"  [{update.agent}] {line}"))
-
-    async def notify_finished(self, record: TaskRecord) -> None:
-        """Tell the person a background task of this session ended."""
-        if record.session_id != self.session_id:
-            return
-        mark = STATE_MARKS.get(record.state, "?")
-        self.line(
-            f"{mark} background {record.id} ({record.agent}) {record.state}; its result "
-            "goes into your next message. /tasks " + record.id + " shows it."
-        )
-
-    def _show_agents(self) -> None:
-        for definition in self.site.agents.definitions():
-            self.line(f"  {definition.name}: {definition.description}")
+        waiting = asyncio.create_task(self.baton.tracker.wait_for_children())
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, waiting.cancel)
+        try:
+            await asyncio.wait_for(waiting, EXIT_GRACE_S)
+        except (asyncio.CancelledError, TimeoutError):
+            self.line("⊘ stopped")
+        await self.turns.idle()  # their results are told before leaving
 
     async def _show_tasks(self, task_id: str) -> None:
+        tracker = self.baton.tracker
         if task_id:
-            detail = await self.baton.tracker.get(task_id)
+            detail = await tracker.get(task_id)
             if detail is None or detail.task.session_id != self.session_id:
                 self.line(f"✗ no task {task_id!r} in this session")
                 return
+            detail = redacted_detail(detail, self.redact)
             task = detail.task
             self.line(f"{STATE_MARKS.get(task.state, '?')} {task.id} · {task.agent} · {task.state}")
             self.line(f"prompt: {task.prompt}")
             for entry in detail.log:
-                self.line(f"  {self.redact(entry)}")
+                self.line(f"  {entry}")
             if task.result:
                 self.line("— result —")
                 self.line(task.result)
             if task.error:
-                self.line(f"error: {self.redact(task.error)}")
+                self.line(f"error: {task.error}")
             return
-        tasks = await self.baton.tracker.list(session_id=self.session_id)
+        tasks = await tracker.list(session_id=self.session_id)
         if not tasks:
             self.line("no tasks in this session yet")
             return
-        running, done = await self.baton.tracker.counts(session_id=self.session_id)
+        running, done = await tracker.counts(session_id=self.session_id)
         self.line(f"⚙ {running} running · {done} done")
         for task in tasks:
             prompt = " ".join(task.prompt.split())[:48]
@@ -251,39 +490,31 @@ class TerminalChat:
         record = await self.baton.tracker.cancel(task_id, by="the terminal")
         self.line(f"⊘ cancelled {task_id}" if record else f"{task_id} is not running")
 
-    def _show(self, event: RunEvent) -> None:
-        if isinstance(event, TextDelta):
-            self.write(event.text)
-        elif isinstance(event, ToolStart):
-            self.line(f"  ▸ {event.name} {_summary(event.arguments)}")
-        elif isinstance(event, ToolResult):
-            if event.is_error:
-                first = event.output.strip().splitlines()[0] if event.output.strip() else ""
-                self.line(f"  ✗ {event.name}: {self.redact(first)[:200]}")
-            else:
-                self.line(f"  ✓ {event.name}")
-        elif isinstance(event, ErrorEvent):
-            self.line(f"✗ {self.redact(event.message)}")
-        elif isinstance(event, ModelWaiting):
-            void = "; the answer above starts again" if event.discard_text else ""
-            self.line(f"… {event.describe()}{void}")
-        elif isinstance(event, Compacted) and event.newsworthy:
-            self.line(f"🗜 to fit the model's context window, {event.describe()}")
-        elif isinstance(event, Done):
-            note = CHAT_STOP_NOTES.get(event.stop_reason, "")
-            self.line(
-                f"── {event.turns} turn{'s' if event.turns != 1 else ''} · "
-                f"{event.usage.prompt_tokens:,} in / {event.usage.completion_tokens:,} out "
-                f"tokens{note}"
-            )
-
     async def _approve(self, request: ApprovalRequest) -> ApprovalDecision:
         # Parallel tool calls may ask at once; one question at a time on the terminal.
         async with self._approval_lock:
-            self.line(f"⚠ {request.tool_name} needs your approval: {request.reason}")
-            self.line(f"  arguments: {_pretty(request.arguments)}")
-            self.write("  Approve? [y/N] ")
-            answer = await self.reader.next()
+            shown = redacted_event(
+                ApprovalRequired(
+                    call_id=request.call_id,
+                    name=request.tool_name,
+                    arguments=request.arguments,
+                    reason=request.reason,
+                    risk=request.risk,
+                ),
+                self.redact,
+            )
+            assert isinstance(shown, ApprovalRequired)
+            reason = self.redact(request.reason)
+            self.line(f"⚠ {request.tool_name} needs your approval: {reason}")
+            self.line(f"  arguments: {shown.arguments}")
+            self.terminal.write("  Approve? [y/N] ")
+            self._approval = asked = asyncio.get_running_loop().create_future()
+            self._wants_line.set()
+            try:
+                answer = await asked
+            finally:
+                if self._approval is asked:
+                    self._approval = None
             if answer is None:
                 self.line("")
                 return ApprovalDecision(
@@ -296,25 +527,11 @@ class TerminalChat:
             )
 
 
-def _pretty(arguments: str) -> str:
-    try:
-        return json.dumps(json.loads(arguments), ensure_ascii=False)
-    except json.JSONDecodeError:
-        return arguments
+class _Operator:
+    """The terminal's access: its person runs the process, and may do what it does."""
 
-
-def _summary(arguments: str, limit: int = 80) -> str:
-    try:
-        data = json.loads(arguments)
-    except json.JSONDecodeError:
-        data = None
-    if isinstance(data, dict) and data:
-        first = next(iter(data.values()))
-        text = first if isinstance(first, str) else json.dumps(first)
-    else:
-        text = arguments
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    async def may_start(self, **_: object) -> Refusal | None:
+        return None
 
 
 async def run_chat(

@@ -58,8 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--session", default="default", help="name of the terminal session to continue"
     )
     args = parser.parse_args(argv)
+    # The terminal shows the conversation: what libraries log (each HTTP request at
+    # INFO) would print between the prompt and the answer, so only warnings show there.
+    quiet = "WARNING" if args.command == "chat" else "INFO"
     try:
-        configure_logging(args.log_level or os.environ.get("LOG_LEVEL") or "INFO", args.log_format)
+        configure_logging(args.log_level or os.environ.get("LOG_LEVEL") or quiet, args.log_format)
     except ValueError as exc:
         print(f"baton: {exc}", file=sys.stderr)
         return 2

@@ -87,7 +87,8 @@ async def test_chat_streams_asks_for_approval_and_remembers(
     assert "▸ write_file hello.txt" in out
     assert "write_file needs your approval" in out
     assert "Approve? [y/N]" in out
-    assert "✓ write_file" in out
+    assert "  ▸ write_file hello.txt, hi\n" in out  # as Slack's progress describes it
+    assert "\n    ✓\n" in out  # its result
     assert "I wrote hello.txt for you." in out
     assert "2 turns" in out
     assert (tmp_path / "ws" / "hello.txt").read_text() == "hi\n"
@@ -110,7 +111,8 @@ async def test_chat_denial_is_told_to_the_model(tmp_path: Path, fake_llm: FakeOp
     code, out, err = await chat(tmp_path, fake_llm, "clean up\nn\n")
     assert code == 0, err
     assert "bash needs your approval" in out
-    assert "✗ bash" in out
+    assert "  ▸ bash rm -rf build\n" in out
+    assert "    ✗ Not run: the person at the terminal denied this call\n" in out
     tool_result = fake_llm.requests[1].messages[-1]
     assert tool_result["role"] == "tool"
     assert "denied" in tool_result["content"]
@@ -146,9 +148,10 @@ async def test_chat_runs_an_agent_directly_and_lists_tasks(
     stdin = "@explore how long is the README?\n@nobody hi\n/tasks\nwhat did explore say?\n"
     code, out, err = await chat(tmp_path, fake_llm, stdin)
     assert code == 0, err
-    assert "◆ explore (task-explore-1, completed):" in out
+    assert "◆ explore · task-explore-1\n" in out
+    assert "── ✓ Done (explore) · 2 turns" in out
     assert "The README is one line long." in out
-    assert "no agent named 'nobody'; available: " in out
+    assert "I have no agent named `nobody`. Available agents: " in out
     assert "⚙ 0 running · 1 done" in out
     assert "✓ task-explore-1  explore" in out and '"how long is the README?"' in out
     main_requests = [

@@ -23,6 +23,7 @@ import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.engine.messages import ImagePart
+from bot.sessions.surface import Prompt
 
 logger = logging.getLogger(__name__)
 
@@ -89,14 +90,6 @@ class AttachedFile:
     text: str | None = None  # the content, when it was read as text
     image: ImagePart | None = None  # the image, when it was read as one
     note: str  # the line naming the file (and, for text, its size)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Prompt:
-    """A message with its files: the text (naming every file) and the images to send."""
-
-    text: str
-    images: tuple[ImagePart, ...] = ()
 
 
 def is_image(file: dict[str, Any]) -> bool:

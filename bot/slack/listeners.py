@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,12 +13,13 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncResp
 from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 
-from bot.access.budgets import describe_usage
+from bot.access.budgets import DailyBudgets, describe_usage
 from bot.access.deciders import Deciders
 from bot.access.refusal import Refusal
-from bot.app import Baton
+from bot.describe_end import redacted_detail
 from bot.errors import SteeringFull
-from bot.mcp.report import summary
+from bot.redaction import Redactor
+from bot.sessions.turns import AccessGate, Cancelled, TurnMachine
 from bot.slack.approval_views import APPROVE, DENY, SHOW_ARGUMENTS, recent_decisions_blocks
 from bot.slack.approvals import SlackApprovals, approval_value
 from bot.slack.blocks import (
@@ -43,9 +45,11 @@ from bot.slack.blocks import (
     task_log_modal,
     tasks_panel,
 )
-from bot.slack.threads import SlackThreads
+from bot.slack.thread_surface import SlackThreadSurface
 from bot.store.feedback import FeedbackStore
 from bot.store.tasks import TaskDetail, TaskRecord
+from bot.store.thread_inbox import ThreadMessage
+from bot.subagents import TaskTracker
 
 logger = logging.getLogger(__name__)
 
@@ -56,22 +60,43 @@ HOME_TASKS = 15
 TAKEN_MESSAGE = "baton_taken_message"
 
 
+# Merge or discard an isolated task's branch, by a person; what happened, in words.
+BranchDecision = Callable[..., Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListenerParts:
+    """What the listeners work with, handed in by the Slack surface."""
+
+    turns: TurnMachine
+    threads: SlackThreadSurface
+    deciders: Deciders
+    approvals: SlackApprovals
+    access: AccessGate
+    tracker: TaskTracker
+    budgets: DailyBudgets
+    feedback: FeedbackStore
+    merge_task: BranchDecision
+    discard_task: BranchDecision
+    # What App Home warns of (commands run unsandboxed), and how the MCP servers are.
+    sandbox_notice: Callable[[], str | None]
+    servers_summary: Callable[[], str | None]
+    redact: Redactor
+
+
 class Listeners:
     """The Slack entry points. Thin: parse, ack, call one function."""
 
-    def __init__(
-        self,
-        baton: Baton,
-        threads: SlackThreads,
-        deciders: Deciders,
-        approvals: SlackApprovals,
-    ) -> None:
-        self.baton = baton
-        self.threads = threads
-        self.client = threads.client
-        self.deciders = deciders
-        self.approvals = approvals
-        self.feedback = FeedbackStore(baton.database)
+    def __init__(self, parts: ListenerParts) -> None:
+        self.parts = parts
+        self.turns = parts.turns
+        self.threads = parts.threads
+        self.client = parts.threads.client
+        self.deciders = parts.deciders
+        self.approvals = parts.approvals
+        self.tracker = parts.tracker
+        self.feedback = parts.feedback
+        self.spawn = parts.turns.spawn
 
     def register(self, app: AsyncApp) -> None:
         app.middleware(self.take_messages)
@@ -104,13 +129,25 @@ class Listeners:
         event = body.get("event") if body.get("type") == "event_callback" else None
         if isinstance(event, dict) and event.get("type") in ("app_mention", "message"):
             try:
-                context[TAKEN_MESSAGE] = await self.threads.intake(
+                context[TAKEN_MESSAGE] = await self.intake(
                     event, team_id=body.get("team_id"), enterprise_id=body.get("enterprise_id")
                 )
             except Exception:
                 logger.exception("could not take a message from Slack; it will come again")
                 return BoltResponse(status=500, body="")
         return await next()
+
+    async def intake(
+        self, event: dict[str, Any], *, team_id: str | None, enterprise_id: str | None = None
+    ) -> ThreadMessage | None:
+        """A message event, stored by the turn machine if it is for Baton."""
+        if not self.turns.accepting:
+            return None
+        read = await self.threads.inbound(event, team_id=team_id, enterprise_id=enterprise_id)
+        if read is None:
+            return None
+        message, mentions_others = read
+        return await self.turns.intake(message, mentions_others=mentions_others)
 
     async def handle_app_mention(self, context: AsyncBoltContext) -> None:
         self._dispatch(context)
@@ -121,16 +158,16 @@ class Listeners:
     def _dispatch(self, context: AsyncBoltContext) -> None:
         message = context.get(TAKEN_MESSAGE)
         if message is not None:
-            self.threads.spawn(self.threads.dispatch(message), f"message-{message.id}")
+            self.spawn(self.turns.dispatch(message), f"message-{message.id}")
 
     async def handle_app_home_opened(self, event: dict[str, Any]) -> None:
         if event.get("tab", "home") == "home":
-            self.threads.spawn(self.publish_home(event["user"]), "app_home")
+            self.spawn(self.publish_home(event["user"]), "app_home")
 
     async def publish_home(self, user_id: str) -> None:
-        running, done = await self.baton.tracker.counts(started_by=user_id)
-        tasks = await self.baton.tracker.list(started_by=user_id, limit=HOME_TASKS)
-        usage = await self.baton.budgets.today(user_id=user_id, channel_id=None)
+        running, done = await self.tracker.counts(started_by=user_id)
+        tasks = await self.tracker.list(started_by=user_id, limit=HOME_TASKS)
+        usage = await self.parts.budgets.today(user_id=user_id, channel_id=None)
         # The viewer's own runs: how everyone rated the answers given to them.
         rated = await self.feedback.counts(started_by=user_id)
         await self.client.views_publish(
@@ -140,10 +177,10 @@ class Listeners:
                 done=done,
                 tasks=tasks,
                 now=datetime.now(UTC),
-                warning=self.baton.sandbox_notice,
+                warning=self.parts.sandbox_notice(),
                 usage=describe_usage(usage),
                 feedback=feedback_line(rated.good, rated.bad),
-                servers=summary(self.baton.mcp.status()),
+                servers=self.parts.servers_summary(),
             ),
         )
 
@@ -153,7 +190,7 @@ class Listeners:
         self, ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond
     ) -> None:
         await ack()
-        self.threads.spawn(
+        self.spawn(
             self.show_tasks(
                 channel=command["channel_id"],
                 user=command["user_id"],
@@ -200,7 +237,7 @@ class Listeners:
     async def _show_tasks(self, *, channel: str, user: str, task_id: str) -> None:
         now = datetime.now(UTC)
         if task_id:
-            detail = await self.baton.tracker.get(task_id)
+            detail = await self.tracker.get(task_id)
             if detail is None or detail.task.channel_id != channel:
                 await self._ephemeral(
                     channel, user, f"There is no task `{task_id}` in this channel."
@@ -208,14 +245,14 @@ class Listeners:
                 return
             allowed = await self.deciders.may_cancel(user, detail.task.started_by)
             blocks = task_detail_blocks(
-                self.threads.redacted_detail(detail), now=now, viewer_may_cancel=allowed
+                redacted_detail(detail, self.parts.redact), now=now, viewer_may_cancel=allowed
             )
             await self._ephemeral(channel, user, f"Task {task_id}", blocks)
             return
-        tasks = await self.baton.tracker.list(channel_id=channel, limit=PANEL_TASKS)
-        running, done = await self.baton.tracker.counts(channel_id=channel)
+        tasks = await self.tracker.list(channel_id=channel, limit=PANEL_TASKS)
+        running, done = await self.tracker.counts(channel_id=channel)
         is_approver = await self.deciders.is_approver(user)
-        usage = await self.baton.budgets.today(user_id=user, channel_id=channel)
+        usage = await self.parts.budgets.today(user_id=user, channel_id=channel)
         decisions = await self.approvals.store.recent_decisions(channel, limit=PANEL_DECISIONS)
 
         def viewer_may_cancel(task: TaskRecord) -> bool:
@@ -241,43 +278,35 @@ class Listeners:
 
     async def handle_cancel_run(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        self.threads.spawn(self.cancel_run(body), "cancel_run")
+        self.spawn(self.cancel_run(body), "cancel_run")
 
     async def cancel_run(self, body: dict[str, Any]) -> None:
         user = body["user"]["id"]
         run_id = body["actions"][0]["value"]
         channel = _channel_of(body)
-        local = self.threads.runs.get(run_id)
         # The run may live in another replica: the database knows who started it.
-        record = None if local else await self.threads.run_store.get(run_id)
-        if local is None and (record is None or record.state not in {"running", "queued"}):
+        run = await self.turns.run_info(run_id)
+        if run is None or not run.going:
             if channel:
                 await self._ephemeral(channel, user, "That run has already finished.")
             return
-        started_by = local.user_id if local else record.user_id  # type: ignore[union-attr]
-        where = local.channel if local else record.channel_id  # type: ignore[union-attr]
-        if channel != where:
+        if channel != run.where.channel_id:
             # A Cancel button only exists in its run's thread: a value carried elsewhere
             # cancels nothing, whoever clicks it.
             if channel:
                 await self._ephemeral(channel, user, "There is no such run in this channel.")
             return
-        if not await self._may_cancel(body, user, started_by):
-            if channel:
-                await self._ephemeral(
-                    channel,
-                    user,
-                    "Only the person who started this run or an approver can cancel it.",
-                )
+        if not await self._may_cancel(body, user, run.user_id):
+            await self._ephemeral(
+                channel, user, "Only the person who started this run or an approver can cancel it."
+            )
             return
-        if local is not None:
-            self.threads.cancel_run(run_id, user)
-        elif await self.threads.run_store.request_cancel(run_id, by=user):
-            await self.baton.signals.notify("cancel", run_id)
+        if await self.turns.cancel(run_id, by=user) is Cancelled.OVER:
+            await self._ephemeral(channel, user, "That run has already finished.")
 
     async def handle_retry_run(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        self.threads.spawn(self.retry_run(body), "retry_run")
+        self.spawn(self.retry_run(body), "retry_run")
 
     async def retry_run(self, body: dict[str, Any]) -> None:
         """Run again the question of a run a restart interrupted; anyone who may start
@@ -285,12 +314,12 @@ class Listeners:
         user = body["user"]["id"]
         run_id = str((body.get("actions") or [{}])[0].get("value") or "")
         channel = _channel_of(body)
-        record = await self.threads.run_store.get(run_id) if run_id else None
-        if record is None or channel != record.channel_id:
+        run = await self.turns.run_info(run_id) if run_id else None
+        if run is None or channel != run.where.channel_id:
             if channel:
                 await self._ephemeral(channel, user, "There is no such run in this channel.")
             return
-        why_not = await self.threads.retry(
+        why_not = await self.turns.retry(
             run_id,
             user_id=user,
             team_id=(body.get("team") or {}).get("id"),
@@ -302,47 +331,47 @@ class Listeners:
 
     async def handle_view_log(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        self.threads.spawn(self.view_log(body), "view_log")
+        self.spawn(self.view_log(body), "view_log")
 
     async def view_log(self, body: dict[str, Any]) -> None:
         task_id = body["actions"][0]["value"]
-        detail = await self.baton.tracker.get(task_id)
+        detail = await self.tracker.get(task_id)
         if detail is None or detail.task.channel_id != _channel_of(body):
             return  # never show another channel's task
         if await self._may_look_by(body, channel=detail.task.channel_id) is not None:
             return  # only from a forged click: the panel shows no logs to such people
-        view = task_log_modal(self.threads.redacted_detail(detail))
+        view = task_log_modal(redacted_detail(detail, self.parts.redact))
         await self.client.views_open(trigger_id=body["trigger_id"], view=view)
 
     async def handle_log_page(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        self.threads.spawn(self.log_page(body), "log_page")
+        self.spawn(self.log_page(body), "log_page")
 
     async def log_page(self, body: dict[str, Any]) -> None:
         task_id, _, page = body["actions"][0]["value"].rpartition(":")
         view = body.get("view") or {}
         if view.get("private_metadata") != task_id:
             return
-        detail = await self.baton.tracker.get(task_id)
+        detail = await self.tracker.get(task_id)
         if detail is None:
             return
         if await self._may_look_by(body, channel=detail.task.channel_id or "") is not None:
             return
-        shown = self.threads.redacted_detail(detail)
+        shown = redacted_detail(detail, self.parts.redact)
         await self.client.views_update(
             view_id=view["id"], hash=view.get("hash"), view=task_log_modal(shown, page=int(page))
         )
 
     async def handle_cancel_task(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        self.threads.spawn(self.cancel_task(body), "cancel_task")
+        self.spawn(self.cancel_task(body), "cancel_task")
 
     async def cancel_task(self, body: dict[str, Any]) -> None:
         detail = await self._task_clicked(body, doing="cancel it")
         if detail is None:
             return
         user, channel, task_id = body["user"]["id"], detail.task.channel_id or "", detail.task.id
-        record = await self.baton.tracker.cancel(task_id, by=f"<@{user}>")
+        record = await self.tracker.cancel(task_id, by=f"<@{user}>")
         text = f"⊘ Cancelled `{task_id}`." if record else f"`{task_id}` is no longer running."
         try:
             await self._ephemeral(channel, user, text)
@@ -353,7 +382,7 @@ class Listeners:
 
     async def handle_steer_task(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        self.threads.spawn(self.open_steer(body), "steer_task")
+        self.spawn(self.open_steer(body), "steer_task")
 
     async def open_steer(self, body: dict[str, Any]) -> None:
         """Open the Steer modal for a running task of the channel clicked in."""
@@ -382,7 +411,7 @@ class Listeners:
             )
             return
         await ack()
-        self.threads.spawn(self.send_steer(body, view, text), "steer_submission")
+        self.spawn(self.send_steer(body, view, text), "steer_submission")
 
     async def send_steer(self, body: dict[str, Any], view: dict[str, Any], text: str) -> None:
         """Send a submitted Steer modal's text to its task. Everything the modal carried
@@ -393,7 +422,7 @@ class Listeners:
             logger.info("ignored a steer submission without Baton's metadata")
             return
         task_id, channel = parsed
-        detail = await self.baton.tracker.get(task_id)
+        detail = await self.tracker.get(task_id)
         if detail is None or detail.task.channel_id != channel:
             logger.info("ignored a steer submission for %s, not a task of %s", task_id, channel)
             return
@@ -406,7 +435,7 @@ class Listeners:
         full: SteeringFull | None = None
         if detail.task.state == "running":
             try:
-                record = await self.baton.tracker.steer(task_id, text, author=f"<@{user}>")
+                record = await self.tracker.steer(task_id, text, author=f"<@{user}>")
             except SteeringFull as exc:
                 full = exc
         if full is not None:
@@ -422,11 +451,11 @@ class Listeners:
 
     async def handle_merge_task(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        self.threads.spawn(self.decide_branch(body, merge=True), "merge_task")
+        self.spawn(self.decide_branch(body, merge=True), "merge_task")
 
     async def handle_discard_task(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        self.threads.spawn(self.decide_branch(body, merge=False), "discard_task")
+        self.spawn(self.decide_branch(body, merge=False), "discard_task")
 
     async def decide_branch(self, body: dict[str, Any], *, merge: bool) -> None:
         """Merge or discard the branch of a task of the channel clicked in."""
@@ -435,7 +464,7 @@ class Listeners:
         channel = _channel_of(body)
         if not channel:
             return
-        detail = await self.baton.tracker.get(task_id) if task_id else None
+        detail = await self.tracker.get(task_id) if task_id else None
         if detail is None or detail.task.channel_id != channel:
             # A Merge button only exists in its task's channel: a value carried elsewhere
             # touches no branch, whoever clicks it.
@@ -449,7 +478,7 @@ class Listeners:
                 f"Only the person who started this task or an approver can {verb} its branch.",
             )
             return
-        decide = self.baton.merge_task if merge else self.baton.discard_task
+        decide = self.parts.merge_task if merge else self.parts.discard_task
         reply = await decide(task_id, by=f"<@{user}>")
         try:
             await self._ephemeral(channel, user, reply)
@@ -462,7 +491,7 @@ class Listeners:
         A button's value carried to another channel reaches no task, whoever clicks it."""
         user = body["user"]["id"]
         channel = _channel_of(body)
-        detail = await self.baton.tracker.get(body["actions"][0]["value"])
+        detail = await self.tracker.get(body["actions"][0]["value"])
         if detail is None or channel is None or detail.task.channel_id != channel:
             return None
         if not await self._may_cancel(body, user, detail.task.started_by):
@@ -484,7 +513,7 @@ class Listeners:
         """Whether `user` may see a channel's tasks and logs: approvers, and who may run."""
         if await self.deciders.is_approver(user):
             return None
-        return await self.threads.access.may_start(
+        return await self.parts.access.may_start(
             user_id=user,
             channel_id=channel,
             is_dm=channel.startswith("D"),
@@ -517,7 +546,7 @@ class Listeners:
 
     async def handle_feedback(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        self.threads.spawn(self.record_feedback(body), "feedback")
+        self.spawn(self.record_feedback(body), "feedback")
 
     async def record_feedback(self, body: dict[str, Any]) -> None:
         """Keep a 👍/👎 click on an answer, for the run of the channel it was clicked in."""
@@ -543,11 +572,11 @@ class Listeners:
 
     async def handle_approve(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        self.threads.spawn(self.decide(body, approve=True), "approve")
+        self.spawn(self.decide(body, approve=True), "approve")
 
     async def handle_deny(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        self.threads.spawn(self.decide(body, approve=False), "deny")
+        self.spawn(self.decide(body, approve=False), "deny")
 
     async def decide(self, body: dict[str, Any], *, approve: bool) -> None:
         user = body["user"]["id"]
@@ -558,7 +587,7 @@ class Listeners:
 
     async def handle_show_arguments(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         await ack()
-        self.threads.spawn(
+        self.spawn(
             self.approvals.show_arguments(
                 approval_value(body),
                 trigger_id=body["trigger_id"],

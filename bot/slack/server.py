@@ -137,7 +137,7 @@ class HttpServer:
         self.health = health or HealthCheck(
             engine=surface.baton.database.engine,
             client=surface.client,
-            accepting=lambda: surface.threads.accepting,
+            accepting=lambda: surface.turns.accepting,
         )
         self.web_app = web.Application()
         routes = [web.get("/healthz", self.handle_health), web.get("/metrics", self.handle_metrics)]
@@ -151,7 +151,7 @@ class HttpServer:
         # While shutting down, an event (which could start a run) is answered 503, so
         # Slack delivers it again, to a replica that takes work; clicks and commands are
         # still dispatched: a click approves or cancels a run that is finishing here.
-        if not self.surface.threads.accepting and await self._is_signed_event(request):
+        if not self.surface.turns.accepting and await self._is_signed_event(request):
             return web.json_response(
                 {"ok": False, "error": "shutting_down"},
                 status=503,
@@ -180,7 +180,7 @@ class HttpServer:
 
     async def handle_health(self, request: web.Request) -> web.Response:
         report = await self.health.report()
-        report["runs"] = len(self.surface.threads.runs)
+        report["runs"] = len(self.surface.turns.runs)
         return web.json_response(report, status=200 if report["ok"] else 503)
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
@@ -267,7 +267,7 @@ async def _shut_down(
             await socket_handler.close_async()
         except Exception:
             logger.exception("could not close the Socket Mode connection")
-    surface.threads.accepting = False  # HTTP events now get 503, and /healthz says so
+    surface.turns.accepting = False  # HTTP events now get 503, and /healthz says so
     # The HTTP port stays open through the grace period, for the clicks of runs
     # that are finishing; it closes after.
     await surface.stop(settings.shutdown_grace_s)

@@ -27,12 +27,15 @@ from bot.access.deciders import Deciders
 from bot.access.policy import AccessPolicy
 from bot.app import Baton
 from bot.config import Settings
+from bot.mcp.report import summary
+from bot.sessions.turns import TurnMachine
 from bot.slack.approvals import POLL_S, SlackApprovals
 from bot.slack.directory import SlackDirectory
-from bot.slack.listeners import Listeners
+from bot.slack.listeners import ListenerParts, Listeners
 from bot.slack.rate_budget import RateBudget, call_channel
-from bot.slack.threads import SlackThreads
+from bot.slack.thread_surface import SlackThreadSurface
 from bot.store.approvals import ApprovalStore
+from bot.store.feedback import FeedbackStore
 from bot.store.rate import rate_store_for
 
 logger = logging.getLogger(__name__)
@@ -202,15 +205,30 @@ class SlackSurface:
             signals=baton.signals,
         )
         self.access = AccessPolicy(settings.access, self.directory, approvers=settings.approvers)
-        self.threads = SlackThreads(
-            baton,
-            self.client,
-            self.approvals,
-            access=self.access,
-            directory=self.directory,
-            admission_poll_s=approval_poll_s,
+        self.threads = SlackThreadSurface(
+            self.client, approvals=self.approvals, directory=self.directory, redact=baton.redact
         )
-        Listeners(baton, self.threads, self.deciders, self.approvals).register(self.app)
+        self.turns = TurnMachine(
+            self.threads, baton.turn_parts(), access=self.access, admission_poll_s=approval_poll_s
+        )
+        self.listeners = Listeners(
+            ListenerParts(
+                turns=self.turns,
+                threads=self.threads,
+                deciders=self.deciders,
+                approvals=self.approvals,
+                access=self.access,
+                tracker=baton.tracker,
+                budgets=baton.budgets,
+                feedback=FeedbackStore(baton.database),
+                merge_task=baton.merge_task,
+                discard_task=baton.discard_task,
+                sandbox_notice=lambda: baton.sandbox_notice,
+                servers_summary=lambda: summary(baton.mcp.status()),
+                redact=baton.redact,
+            )
+        )
+        self.listeners.register(self.app)
         self._maintenance: asyncio.Task[None] | None = None
 
     def use_rate_budget(self, budget: RateBudget) -> None:
@@ -242,8 +260,8 @@ class SlackSurface:
     async def start(self) -> None:
         """Post background results to their threads; close what a restart interrupted."""
         await self.threads.identify()
-        self.baton.tracker.on_finish(self.threads.post_task_finished)
-        self.baton.instances.on_lost(self.threads.on_lost)
+        self.baton.tracker.on_finish(self.turns.post_task_finished)
+        self.baton.instances.on_lost(self.turns.on_lost)
         self.baton.start_heartbeat()
         await self.tidy()
         await self.baton.recover_worktrees()
@@ -253,14 +271,11 @@ class SlackSurface:
         """Fail and expire the work of processes that are gone; forget old event claims."""
         await self.baton.recover_tasks()
         await self.approvals.expire_abandoned()
-        await self.threads.close_orphaned_runs()
-        alive = await self.baton.instances.alive()
-        await self.threads.inbox.forget_dead_leases(alive=alive)
-        await self.threads.pick_up(alive=alive)
+        await self.turns.tidy()
         await self.baton.instances.forget_dead()
         if prune:
             await self.baton.events.prune()
-            await self.threads.inbox.prune()
+            await self.turns.inbox.prune()
 
     async def _maintain(self) -> None:
         # A replica that died while this one runs leaves work behind: take care of it.
@@ -276,15 +291,15 @@ class SlackSurface:
     async def stop(self, grace_s: float) -> None:
         """Shut down gracefully: take no new work; let runs and background tasks finish for
         `grace_s` seconds; end what still runs then as interrupted by a restart."""
-        self.threads.accepting = False
+        self.turns.accepting = False
         if self._maintenance is not None:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)
         tracker = self.baton.tracker
-        await asyncio.gather(self.threads.drain(grace_s), tracker.settle(grace_s))
+        await asyncio.gather(self.turns.drain(grace_s), tracker.settle(grace_s))
         # The tasks first: a run's foreground children, stopped with it, would otherwise
         # end as "cancelled with the run".
         await tracker.interrupt()
-        await self.threads.interrupt()
-        await self.threads.stop_watching()
+        await self.turns.interrupt()
+        await self.turns.stop_watching()
         await tracker.shutdown()

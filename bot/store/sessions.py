@@ -37,6 +37,15 @@ class SessionKey:
     def terminal(cls, name: str = "default") -> SessionKey:
         return cls(kind="chat", name=name)
 
+    @classmethod
+    def parse(cls, key: str) -> SessionKey:
+        """The key whose `.key` is `key` (stored beside the messages of a session)."""
+        kind, _, rest = key.partition(":")
+        if kind == "slack":
+            team_id, channel_id, thread_ts = rest.split(":", 2)
+            return cls.slack_thread(team_id=team_id, channel_id=channel_id, thread_ts=thread_ts)
+        return cls(kind=kind, name=rest)
+
     @property
     def key(self) -> str:
         if self.kind == "slack":

@@ -46,6 +46,28 @@ KEEP_MESSAGES = timedelta(days=7)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Inbound:
+    """A message as a surface received it, before it is stored: what the thread's
+    turns need of it, whatever platform it came from."""
+
+    session_key: str
+    channel_id: str
+    thread_ts: str
+    ts: str
+    user_id: str
+    text: str
+    # Who wrote it, when not `user_id` (a Retry runs someone's question as another's turn).
+    author_id: str | None = None
+    team_id: str | None = None
+    user_team: str | None = None
+    enterprise_id: str | None = None
+    files: Sequence[dict[str, Any]] = ()
+    is_dm: bool = False
+    # For Baton (a mention, a DM, the terminal), not talk beside a running turn.
+    addressed: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ThreadMessage:
     id: int
     session_key: str
@@ -106,42 +128,25 @@ class ThreadInbox:
     # ------------------------------------------------------------------ messages
 
     async def receive(
-        self,
-        *,
-        session_key: str,
-        channel_id: str,
-        thread_ts: str,
-        ts: str,
-        user_id: str,
-        text: str,
-        holder: str,
-        author_id: str | None = None,
-        team_id: str | None = None,
-        user_team: str | None = None,
-        enterprise_id: str | None = None,
-        files: Sequence[dict[str, Any]] = (),
-        is_dm: bool = False,
-        addressed: bool = True,
-        state: str = NEW,
-        run_id: str | None = None,
+        self, message: Inbound, *, holder: str, state: str = NEW, run_id: str | None = None
     ) -> ThreadMessage | None:
         """Store a message; None if one with its channel and ts is stored already (a
         retried or duplicate delivery). Database errors propagate: the caller must not
         tell Slack the message was taken."""
         row = ThreadMessageRow(
-            session_key=session_key,
-            channel_id=channel_id,
-            thread_ts=thread_ts,
-            ts=ts,
-            user_id=user_id,
-            author_id=author_id or user_id,
-            team_id=team_id,
-            user_team=user_team,
-            enterprise_id=enterprise_id,
-            text=text,
-            files=list(files),
-            is_dm=is_dm,
-            addressed=addressed,
+            session_key=message.session_key,
+            channel_id=message.channel_id,
+            thread_ts=message.thread_ts,
+            ts=message.ts,
+            user_id=message.user_id,
+            author_id=message.author_id or message.user_id,
+            team_id=message.team_id,
+            user_team=message.user_team,
+            enterprise_id=message.enterprise_id,
+            text=message.text,
+            files=list(message.files),
+            is_dm=message.is_dm,
+            addressed=message.addressed,
             state=state,
             holder=holder if state in (NEW, TAKEN) else None,
             run_id=run_id,

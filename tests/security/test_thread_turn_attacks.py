@@ -36,6 +36,7 @@ from bot.store.thread_inbox import (
     RETRIED,
     RETRYABLE,
     TAKEN,
+    Inbound,
 )
 from tests.fakes.openai_api import RecordedRequest, Reply, Usage
 from tests.slack.harness import (
@@ -97,7 +98,7 @@ async def interrupted_run(
     ts = next_ts()
     harness.slack.add_message(channel, f"<@{BOT}> {question}", user, ts=ts)
     key = SessionKey.slack_thread(team_id=TEAM, channel_id=channel, thread_ts="dm" if is_dm else ts)
-    threads = harness.surface.threads
+    threads = harness.surface.turns
     session = await harness.baton.conversations.store.get_or_create(key)
     run_id = f"dead{ts.replace('.', '')[-8:]}"
     await threads.run_store.start(
@@ -105,10 +106,20 @@ async def interrupted_run(
         user_id=user,
     )  # fmt: skip
     await threads.inbox.receive(
-        session_key=key.key, channel_id=channel, thread_ts=ts, ts=ts, user_id=user,
-        text=f"<@{BOT}> {question}", holder=GONE, team_id=TEAM, state=TAKEN, run_id=run_id,
-        is_dm=is_dm,
-    )  # fmt: skip
+        Inbound(
+            session_key=key.key,
+            channel_id=channel,
+            thread_ts=ts,
+            ts=ts,
+            user_id=user,
+            text=f"<@{BOT}> {question}",
+            team_id=TEAM,
+            is_dm=is_dm,
+        ),
+        holder=GONE,
+        state=TAKEN,
+        run_id=run_id,
+    )
     await harness.surface.tidy(prune=False)
     record = await threads.run_store.get(run_id)
     assert record is not None
@@ -116,7 +127,7 @@ async def interrupted_run(
 
 
 async def states_of(harness: SlackHarness, run_id: str) -> set[str]:
-    inbox = harness.surface.threads.inbox
+    inbox = harness.surface.turns.inbox
     every = (DONE, INTERRUPTED, OFFERED, RETRIED, TAKEN, REFUSED, "pending", "dropped", "new")
     return {m.state for m in await inbox.of_run(run_id, states=every)}
 
@@ -178,7 +189,7 @@ async def test_retry_by_someone_the_policy_refuses_runs_nothing_and_keeps_the_re
         assert await states_of(harness, run_id) <= set(RETRYABLE)
         harness.llm.script(Reply(text="RESTRICTED-ANSWER"))
         assert await harness.click(RETRY_RUN, run_id, user=ALICE) == 200
-        record = await harness.surface.threads.run_store.get(run_id)
+        record = await harness.surface.turns.run_store.get(run_id)
         assert record is not None
         await until(
             lambda: "RESTRICTED-ANSWER" in " ".join(harness.bot_texts("C1", record.thread_ts))
@@ -217,7 +228,7 @@ async def test_retry_value_carried_to_another_thread_answers_only_in_the_runs_th
     """A member pastes a run's id on a Retry in another thread of the same channel: the
     question is answered in its own thread; nothing of it appears in the other."""
     run_id = await interrupted_run(harness, "THREAD-A-QUESTION")
-    record = await harness.surface.threads.run_store.get(run_id)
+    record = await harness.surface.turns.run_store.get(run_id)
     assert record is not None
     other = next_ts()
     harness.slack.add_message("C1", "thread B", BOB, ts=other)
@@ -236,7 +247,7 @@ async def test_retry_of_a_run_that_finished_normally_reruns_nothing(
     ts = await harness.mention("finish normally")
     await until(lambda: "FIRST-AND-ONLY" in " ".join(harness.bot_texts("C1", ts)))
     await harness.settle()
-    stored = await harness.surface.threads.inbox.find("C1", ts)
+    stored = await harness.surface.turns.inbox.find("C1", ts)
     assert stored is not None and stored.run_id and stored.state == DONE
     for user in (ALICE, BOB):
         assert await harness.click(RETRY_RUN, stored.run_id, user=user) == 200
@@ -250,7 +261,7 @@ async def test_retry_of_a_run_a_person_cancelled_reruns_nothing(harness: SlackHa
     gate = gate_first(harness)
     ts = await harness.mention("cancel me")
     await until(lambda: len(harness.llm.requests) == 1)
-    stored = await harness.surface.threads.inbox.find("C1", ts)
+    stored = await harness.surface.turns.inbox.find("C1", ts)
     assert stored is not None and stored.run_id
     run_id = stored.run_id
     assert await harness.click(CANCEL_RUN, run_id, user=ALICE) == 200
@@ -322,7 +333,7 @@ async def test_simultaneous_retry_clicks_run_the_question_exactly_once(
     harness: SlackHarness,
 ) -> None:
     run_id = await interrupted_run(harness, "RACED-QUESTION")
-    record = await harness.surface.threads.run_store.get(run_id)
+    record = await harness.surface.turns.run_store.get(run_id)
     assert record is not None
     harness.llm.responder = lambda request: Reply(text="RACED-ANSWER")
     clicks = [harness.click(RETRY_RUN, run_id, user=user) for user in (ALICE, BOB, CAROL) * 3]
@@ -409,7 +420,7 @@ async def test_no_message_of_another_channel_dm_or_team_steers_a_running_turn(
         if event["channel"] != "DBOB":  # his own DM conversation may steer its own run
             seen = harness.slack.reactions.get((event["channel"], event["ts"]), [])
             assert "eyes" not in seen, event
-    threads = harness.surface.threads
+    threads = harness.surface.turns
     assert threads.runs == {} and threads.threads == {}
 
 
@@ -432,7 +443,7 @@ async def test_a_message_with_a_colliding_channel_and_ts_from_another_team_steal
     await harness.settle()
     assert len(harness.llm.requests) == 1
     assert "FORGED-TEAM-TEXT" not in everything_asked(harness)
-    stored = await harness.surface.threads.inbox.find("C1", ts)
+    stored = await harness.surface.turns.inbox.find("C1", ts)
     assert stored is not None and stored.user_id == ALICE and stored.state == DONE
 
 
@@ -459,7 +470,7 @@ async def test_talk_and_mentions_from_a_refused_person_never_reach_the_running_t
         await harness.settle()
         assert "BOB-REFUSED" not in everything_asked(harness)
         assert "ALICE-OWN-REPLY" in everything_asked(harness)
-        inbox = harness.surface.threads.inbox
+        inbox = harness.surface.turns.inbox
         for event in (talk, asked, files, broadcast):
             stored = await inbox.find("C1", event["ts"])
             assert stored is None or stored.state == REFUSED, stored
@@ -544,7 +555,7 @@ async def test_events_that_are_not_a_persons_request_store_and_start_nothing(
     assert await post_payload(harness, event) == 200
     await asyncio.sleep(0.1)
     await harness.settle()
-    assert await harness.surface.threads.inbox.find("C1", event["ts"]) is None
+    assert await harness.surface.turns.inbox.find("C1", event["ts"]) is None
     assert harness.llm.requests == []
     await still_answers(harness)
 
@@ -580,7 +591,7 @@ async def test_a_gigantic_mention_is_taken_once_and_crashes_nothing(harness: Sla
     await until(lambda: "GIANT-ANSWER" in " ".join(harness.bot_texts("C1", ts)), within=20)
     await harness.settle()
     assert len(harness.main_requests()) == 1
-    stored = await harness.surface.threads.inbox.find("C1", ts)
+    stored = await harness.surface.turns.inbox.find("C1", ts)
     assert stored is not None and stored.state == DONE
 
 
@@ -677,7 +688,7 @@ async def test_a_flood_of_mentions_during_a_turn_is_all_handled_once_in_ts_order
     # Everyone's directory entry is known already: the order-by-latency race is its own
     # test (below); here every dispatch takes about as long.
     for user in (BOB, CAROL):
-        await harness.surface.threads.access.directory.person(user)
+        await harness.surface.access.directory.person(user)
         await harness.surface.threads.names.name_of(user)
     sent: list[str] = []
     for n in range(15):
@@ -689,12 +700,12 @@ async def test_a_flood_of_mentions_during_a_turn_is_all_handled_once_in_ts_order
                             mention=n % 2 == 0)  # fmt: skip
         assert await post_payload(harness, event) == 200
         sent.append(ts)
-    inbox = harness.surface.threads.inbox
+    inbox = harness.surface.turns.inbox
     for ts in sent:
         await until(lambda ts=ts: "eyes" in harness.slack.reactions.get(("C1", ts), []))
     gate.set()
     await harness.settle(within=20)
-    threads = harness.surface.threads
+    threads = harness.surface.turns
     for ts in sent:
         stored = await inbox.find("C1", ts)
         assert stored is not None and stored.state == DONE, stored
@@ -718,7 +729,7 @@ async def test_a_flood_in_many_threads_leaves_no_runs_or_tasks_behind(
         await until(lambda root=root: "MANY-ANSWER" in " ".join(harness.bot_texts("C1", root)),
                     within=20)  # fmt: skip
     await harness.settle(within=20)
-    threads = harness.surface.threads
+    threads = harness.surface.turns
     assert len(harness.main_requests()) == 20
     assert threads.runs == {} and threads.threads == {} and threads._starting == set()
     assert len(threads._tasks) == 0

@@ -191,9 +191,9 @@ class SlackHarness:
     async def settle(self, within: float = 10.0) -> None:
         """Wait until every run, task and notification in flight has finished (benchmarks
         at Slack's real pace give it longer than tests)."""
-        await until(lambda: not any(not t.done() for t in self.surface.threads._tasks), within)
+        await until(lambda: not any(not t.done() for t in self.surface.turns._tasks), within)
         await self.baton.tracker.wait_for_children()
-        await until(lambda: not any(not t.done() for t in self.surface.threads._tasks), within)
+        await until(lambda: not any(not t.done() for t in self.surface.turns._tasks), within)
 
 
 async def until(condition: Callable[[], bool], within: float = 10.0) -> None:

@@ -126,7 +126,7 @@ async def test_a_cancel_of_another_channels_run_is_refused_even_for_its_starter(
     for user in (BOB, ALICE):
         assert await harness.click(CANCEL_RUN, run_id, user=user, channel="C2") == 200
     await until(lambda: len(harness.slack.ephemerals) == 2)
-    assert harness.surface.threads.runs
+    assert harness.surface.turns.runs
     release.set()
     await harness.settle()
     assert "finished" in json.dumps(harness.thread("C1", ts))

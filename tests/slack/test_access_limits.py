@@ -337,7 +337,7 @@ async def test_someone_not_allowed_cannot_cancel_even_their_own_old_run(tmp_path
         assert (
             "Only the person who started this run or an approver" in ephemerals_to(harness, BOB)[0]
         )
-        assert harness.surface.threads.runs  # still running
+        assert harness.surface.turns.runs  # still running
         release.set()
         await harness.settle()
         assert "done" in json.dumps(harness.thread("C1", ts))
@@ -425,4 +425,4 @@ async def test_people_who_may_not_run_cannot_read_tasks_or_their_logs(
 
 
 def pending(harness: SlackHarness, name: str) -> bool:
-    return any(t.get_name() == name and not t.done() for t in harness.surface.threads._tasks)
+    return any(t.get_name() == name and not t.done() for t in harness.surface.turns._tasks)

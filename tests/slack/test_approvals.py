@@ -264,7 +264,7 @@ async def test_a_restart_expires_requests_left_pending(strict: SlackHarness) -> 
 
 async def test_clicks_still_work_while_shutting_down(strict: SlackHarness) -> None:
     _, found = await ask_for(strict, "touch during-shutdown.txt")
-    strict.surface.threads.accepting = False  # SIGTERM: no new work, runs may finish
+    strict.surface.turns.accepting = False  # SIGTERM: no new work, runs may finish
     await click(strict, found, "baton_approve", ALICE)
     await strict.settle()
     assert (strict.baton.workspace.root / "during-shutdown.txt").exists()

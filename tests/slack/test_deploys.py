@@ -75,7 +75,7 @@ async def hang_forever(request: RecordedRequest) -> Reply:
 
 
 async def test_an_event_while_draining_gets_503_and_starts_nothing(harness: SlackHarness) -> None:
-    harness.surface.threads.accepting = False  # SIGTERM
+    harness.surface.turns.accepting = False  # SIGTERM
     event = mention_event(harness, "a question during the deploy")
     response = await harness.send_event(event, event_id="EvDrain")
     assert response.status == 503
@@ -95,10 +95,10 @@ async def test_an_event_while_draining_gets_503_and_starts_nothing(harness: Slac
     await asyncio.sleep(0.3)
     assert harness.llm.requests == []
     assert harness.bot_texts("C1", event["ts"]) == []
-    assert not harness.surface.threads.runs
+    assert not harness.surface.turns.runs
 
     # Nothing was claimed: Slack's retry, at a replica that takes work, starts the run.
-    harness.surface.threads.accepting = True
+    harness.surface.turns.accepting = True
     harness.llm.script(Reply(text="Answered by the next replica."))
     assert (await harness.send_event(event, event_id="EvDrain", retry=1)).status == 200
     await until(
@@ -136,9 +136,9 @@ async def test_a_run_still_going_after_the_grace_ends_interrupted_not_cancelled(
     assert "baton_retry_run" in thread
     assert "Cancelled" not in thread
     assert interrupted_runs() == before + 1
-    assert not harness.surface.threads.runs
+    assert not harness.surface.turns.runs
     # The run's record is closed: no other replica will take it for an orphan.
-    assert await harness.surface.threads.run_store.orphans(alive=set()) == []
+    assert await harness.surface.turns.run_store.orphans(alive=set()) == []
 
 
 async def test_a_foreground_child_cut_by_shutdown_is_interrupted_not_cancelled(
@@ -216,7 +216,7 @@ async def test_an_approval_click_during_the_grace_lets_the_run_finish(
     found = harness.find_button("C1", ts, "baton_approve")
     assert found is not None
     stopping = asyncio.create_task(harness.surface.stop(10))
-    await until(lambda: not harness.surface.threads.accepting)
+    await until(lambda: not harness.surface.turns.accepting)
     status = await harness.click(
         "baton_approve", found["button"]["value"], user=ALICE, message_ts=found["message"]["ts"]
     )

@@ -12,7 +12,7 @@ import pytest
 from bot.slack.blocks import task_finished_message
 from bot.slack.rate_budget import RateBudget
 from bot.slack.text import MARKDOWN_BLOCKS_LIMIT, MESSAGE_BLOCKS_LIMIT
-from bot.slack.threads import take_finished_posts
+from bot.slack.thread_surface import take_finished_posts
 from bot.store.tasks import TaskRecord
 from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec
 from tests.slack.harness import MAIN_MARK, SlackHarness, start_harness, until

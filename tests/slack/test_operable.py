@@ -224,7 +224,7 @@ async def test_healthz_names_slack_once_the_token_is_revoked(tmp_path: Path) -> 
         surface = SlackSurface(baton)
         health = HealthCheck(
             engine=baton.database.engine, client=surface.client,
-            accepting=lambda: surface.threads.accepting, slack_ttl_s=0.2,
+            accepting=lambda: surface.turns.accepting, slack_ttl_s=0.2,
         )  # fmt: skip
         server = HttpServer(surface, host="127.0.0.1", port=0, health=health)
         port = await server.start()
@@ -245,7 +245,7 @@ async def test_healthz_names_slack_once_the_token_is_revoked(tmp_path: Path) -> 
                 assert report["slack"] == "invalid_auth"
                 assert report["database"] == "ok"
 
-                surface.threads.accepting = False
+                surface.turns.accepting = False
                 slack.revoked_tokens.clear()
                 await asyncio.sleep(0.3)
                 async with http.get(url) as response:

@@ -369,7 +369,7 @@ async def until_settled(harness: SlackHarness, within: float) -> None:
     """`harness.settle`, with the time paced runs need."""
 
     def running() -> bool:
-        return any(not t.done() for t in harness.surface.threads._tasks)
+        return any(not t.done() for t in harness.surface.turns._tasks)
 
     async with asyncio.timeout(within):
         while running():  # noqa: ASYNC110 (state in the surface, no event to wait on)

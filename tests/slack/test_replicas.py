@@ -25,10 +25,10 @@ async def test_a_cancel_taken_by_another_replica_stops_the_run(harness: SlackHar
     harness.llm.responder = hang
     ts = await harness.mention("long job")
     await asyncio.wait_for(started.wait(), 10)
-    [run_id] = list(harness.surface.threads.runs)
+    [run_id] = list(harness.surface.turns.runs)
     # Replica B got the click; all it can do is write the request.
-    assert await harness.surface.threads.run_store.request_cancel(run_id, by=ALICE)
-    await until(lambda: not harness.surface.threads.runs)
+    assert await harness.surface.turns.run_store.request_cancel(run_id, by=ALICE)
+    await until(lambda: not harness.surface.turns.runs)
     await harness.settle()
     progress = harness.find_button("C1", ts, "baton_cancel_run")
     assert progress is None  # the Cancel button is gone
@@ -45,16 +45,16 @@ async def test_a_restart_closes_the_progress_of_runs_it_interrupted(
         SessionKey.slack_thread(team_id="T0001", channel_id="C1", thread_ts="5.5")
     )
     progress_ts = harness.slack.add_message("C1", "Working…", BOT, thread_ts="5.5", bot_id="BBOT")
-    await harness.surface.threads.run_store.start(
+    await harness.surface.turns.run_store.start(
         run_id="deadbeef", owner="a-process-that-died", session_id=session.id,
         channel_id="C1", thread_ts="5.5", user_id=ALICE,
     )  # fmt: skip
-    await harness.surface.threads.run_store.set_progress("deadbeef", progress_ts)
+    await harness.surface.turns.run_store.set_progress("deadbeef", progress_ts)
     await harness.surface.tidy()  # what every start-up (and the periodic sweep) does
     message = harness.slack.get_message("C1", progress_ts)
     assert message is not None
     assert "Interrupted by a restart" in json.dumps(message["blocks"], ensure_ascii=False)
-    record = await harness.surface.threads.run_store.get("deadbeef")
+    record = await harness.surface.turns.run_store.get("deadbeef")
     assert record is not None and record.state == "finished"
 
 
@@ -72,7 +72,7 @@ async def test_a_run_closed_by_others_while_this_process_stalled_stops_here(
     harness.llm.responder = respond
     ts = await harness.mention("a long question")
     await until(lambda: len(harness.llm.requests) == 1)
-    (run_id,) = harness.surface.threads.runs
+    (run_id,) = harness.surface.turns.runs
     # What another replica does to a dead one's work: drop its row, close its run.
     async with harness.baton.database.sessions() as session:
         await session.exec(
@@ -81,7 +81,7 @@ async def test_a_run_closed_by_others_while_this_process_stalled_stops_here(
         await session.commit()
     await RunStore(harness.baton.database).finish(run_id)
     assert await harness.baton.instances.beat() is False  # it was lost: re-registered
-    await until(lambda: not harness.surface.threads.runs)
+    await until(lambda: not harness.surface.turns.runs)
     release.set()
     await harness.settle()
     thread = json.dumps(harness.thread("C1", ts), ensure_ascii=False)

@@ -176,8 +176,8 @@ async def test_a_cancelled_run_keeps_what_was_streamed(harness: SlackHarness) ->
     harness.llm.script(Reply(text=ANSWER, chunk_delay=0.02))
     await harness.mention("tell me everything")
     await until(lambda: bool(streams(harness)) and "word10 " in shown(harness, streams(harness)[0]))
-    (run_id,) = harness.surface.threads.runs
-    harness.surface.threads.cancel_run(run_id, ALICE)
+    (run_id,) = harness.surface.turns.runs
+    await harness.surface.turns.cancel(run_id, by=ALICE)
     await harness.settle()
     (stream_ts,) = streams(harness)
     assert harness.slack.stream_state("C1", stream_ts) == "stopped"

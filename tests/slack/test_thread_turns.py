@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from bot.slack.blocks import RETRY_RUN
 from bot.store import SessionKey
-from bot.store.thread_inbox import DONE, INTERRUPTED, OFFERED, PENDING, RETRIED, TAKEN
+from bot.store.thread_inbox import DONE, INTERRUPTED, OFFERED, PENDING, RETRIED, TAKEN, Inbound
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.slack.harness import ALICE, BOB, BOT, TEAM, SlackHarness, next_ts, until
 
@@ -46,7 +46,7 @@ async def interrupted_run(harness: SlackHarness, question: str, *, progress: boo
     ts = next_ts()
     harness.slack.add_message("C1", f"<@{BOT}> {question}", ALICE, ts=ts)
     key = thread_key(ts)
-    threads = harness.surface.threads
+    threads = harness.surface.turns
     session = await harness.baton.conversations.store.get_or_create(key)
     run_id = f"dead{ts.replace('.', '')[-8:]}"
     await threads.run_store.start(
@@ -54,9 +54,19 @@ async def interrupted_run(harness: SlackHarness, question: str, *, progress: boo
         user_id=ALICE,
     )  # fmt: skip
     await threads.inbox.receive(
-        session_key=key.key, channel_id="C1", thread_ts=ts, ts=ts, user_id=ALICE,
-        text=f"<@{BOT}> {question}", holder=GONE, team_id=TEAM, state=TAKEN, run_id=run_id,
-    )  # fmt: skip
+        Inbound(
+            session_key=key.key,
+            channel_id="C1",
+            thread_ts=ts,
+            ts=ts,
+            user_id=ALICE,
+            text=f"<@{BOT}> {question}",
+            team_id=TEAM,
+        ),
+        holder=GONE,
+        state=TAKEN,
+        run_id=run_id,
+    )
     if progress:
         posted = await harness.surface.client.chat_postMessage(
             channel="C1", thread_ts=ts, text="Working…"
@@ -68,11 +78,11 @@ async def interrupted_run(harness: SlackHarness, question: str, *, progress: boo
 async def test_a_message_is_stored_before_slack_is_answered(harness: SlackHarness) -> None:
     harness.llm.script(Reply(text="ANSWER"))
     ts = await harness.mention("what is stored?")
-    stored = await harness.surface.threads.inbox.find("C1", ts)
+    stored = await harness.surface.turns.inbox.find("C1", ts)
     assert stored is not None and stored.text == f"<@{BOT}> what is stored?"
     await until(lambda: "ANSWER" in " ".join(harness.bot_texts("C1", ts)))
     await harness.settle()
-    done = await harness.surface.threads.inbox.find("C1", ts)
+    done = await harness.surface.turns.inbox.find("C1", ts)
     assert done is not None and done.state == DONE
 
 
@@ -106,7 +116,7 @@ async def test_a_dead_replicas_run_is_reported_with_retry_and_retry_runs_the_que
     harness: SlackHarness,
 ) -> None:
     run_id = await interrupted_run(harness, "QUESTION-ONE", progress=True)
-    record = await harness.surface.threads.run_store.get(run_id)
+    record = await harness.surface.turns.run_store.get(run_id)
     assert record is not None
     await harness.surface.tidy(prune=False)
     thread = harness.thread("C1", record.thread_ts)
@@ -126,7 +136,7 @@ async def test_a_dead_replicas_run_is_reported_with_retry_and_retry_runs_the_que
     await until(lambda: any("Nothing to retry" in e["text"] for e in harness.slack.ephemerals))
     await harness.settle()
     assert len(harness.main_requests()) == 1
-    states = {m.state for m in await harness.surface.threads.inbox.of_run(
+    states = {m.state for m in await harness.surface.turns.inbox.of_run(
         run_id, states=[RETRIED, INTERRUPTED, OFFERED])}  # fmt: skip
     assert states == {RETRIED}
 
@@ -135,7 +145,7 @@ async def test_a_run_that_died_before_its_progress_message_gets_a_retry_post(
     harness: SlackHarness,
 ) -> None:
     run_id = await interrupted_run(harness, "QUESTION-TWO", progress=False)
-    record = await harness.surface.threads.run_store.get(run_id)
+    record = await harness.surface.turns.run_store.get(run_id)
     assert record is not None
     await harness.surface.tidy(prune=False)
     button = harness.find_button("C1", record.thread_ts, RETRY_RUN)
@@ -148,7 +158,7 @@ async def test_a_run_that_died_before_its_progress_message_gets_a_retry_post(
 
 async def test_a_redelivered_interrupted_message_offers_retry_once(harness: SlackHarness) -> None:
     run_id = await interrupted_run(harness, "QUESTION-THREE", progress=True)
-    record = await harness.surface.threads.run_store.get(run_id)
+    record = await harness.surface.turns.run_store.get(run_id)
     assert record is not None
     await harness.surface.tidy(prune=False)
     before = len(harness.thread("C1", record.thread_ts))
@@ -177,17 +187,25 @@ async def test_retry_is_refused_in_another_channel_and_for_unknown_runs(
     await harness.settle()
     assert not harness.llm.requests
     assert all("no such run" in e["text"] for e in harness.slack.ephemerals)
-    assert await harness.surface.threads.run_store.get(run_id) is not None
+    assert await harness.surface.turns.run_store.get(run_id) is not None
 
 
 async def test_a_dead_receivers_unread_message_is_answered(harness: SlackHarness) -> None:
     """Stored (Slack was answered) by a replica that died before looking at it."""
     ts = next_ts()
     harness.slack.add_message("C1", f"<@{BOT}> ORPHANED QUESTION", ALICE, ts=ts)
-    await harness.surface.threads.inbox.receive(
-        session_key=thread_key(ts).key, channel_id="C1", thread_ts=ts, ts=ts, user_id=ALICE,
-        text=f"<@{BOT}> ORPHANED QUESTION", holder=GONE, team_id=TEAM,
-    )  # fmt: skip
+    await harness.surface.turns.inbox.receive(
+        Inbound(
+            session_key=thread_key(ts).key,
+            channel_id="C1",
+            thread_ts=ts,
+            ts=ts,
+            user_id=ALICE,
+            text=f"<@{BOT}> ORPHANED QUESTION",
+            team_id=TEAM,
+        ),
+        holder=GONE,
+    )
     harness.llm.script(Reply(text="ANSWERED AFTER ALL"))
     await harness.surface.tidy(prune=False)
     await until(lambda: "ANSWERED AFTER ALL" in " ".join(harness.bot_texts("C1", ts)))
@@ -203,14 +221,23 @@ async def test_questions_waiting_on_a_dead_lease_run_in_slacks_order(
     root = next_ts()
     harness.slack.add_message("C1", "a thread", ALICE, ts=root)
     key = thread_key(root)
-    inbox = harness.surface.threads.inbox
+    inbox = harness.surface.turns.inbox
     first, second = next_ts(), next_ts()
     assert await inbox.lease(key.key, owner=GONE, run_id="deadrun", alive=[GONE])
     for ts, label in ((second, "SECOND"), (first, "FIRST")):
         await inbox.receive(
-            session_key=key.key, channel_id="C1", thread_ts=root, ts=ts, user_id=ALICE,
-            text=f"<@{BOT}> {label}", holder=GONE, team_id=TEAM, state=PENDING,
-        )  # fmt: skip
+            Inbound(
+                session_key=key.key,
+                channel_id="C1",
+                thread_ts=root,
+                ts=ts,
+                user_id=ALICE,
+                text=f"<@{BOT}> {label}",
+                team_id=TEAM,
+            ),
+            holder=GONE,
+            state=PENDING,
+        )
     harness.llm.script(Reply(text="ANSWER-FIRST"), Reply(text="ANSWER-SECOND"))
     await harness.surface.tidy(prune=False)
     await until(lambda: "ANSWER-SECOND" in " ".join(harness.bot_texts("C1", root)))
@@ -241,17 +268,27 @@ async def test_a_reply_stored_by_another_replica_steers_the_running_turn(
     key = thread_key(root)
     reply_ts = next_ts()
     harness.slack.add_message("C1", "REPLY-VIA-B", BOB, ts=reply_ts, thread_ts=root)
-    await harness.surface.threads.inbox.receive(
-        session_key=key.key, channel_id="C1", thread_ts=root, ts=reply_ts, user_id=BOB,
-        text="REPLY-VIA-B", holder="replica-b", team_id=TEAM, addressed=False, state=PENDING,
-    )  # fmt: skip
+    await harness.surface.turns.inbox.receive(
+        Inbound(
+            session_key=key.key,
+            channel_id="C1",
+            thread_ts=root,
+            ts=reply_ts,
+            user_id=BOB,
+            text="REPLY-VIA-B",
+            team_id=TEAM,
+            addressed=False,
+        ),
+        holder="replica-b",
+        state=PENDING,
+    )
     await harness.baton.signals.notify("steer", key.key)
     await until(lambda: "eyes" in harness.slack.reactions.get(("C1", reply_ts), []))
     gate.set()
     await until(lambda: "SAW THE REPLY" in " ".join(harness.bot_texts("C1", root)))
     await harness.settle()
     assert "REPLY-VIA-B" in " ".join(user_texts(harness.llm.requests[-1]))
-    stored = await harness.surface.threads.inbox.find("C1", reply_ts)
+    stored = await harness.surface.turns.inbox.find("C1", reply_ts)
     assert stored is not None and stored.state == DONE
 
 
@@ -263,27 +300,27 @@ async def test_talk_in_a_thread_another_replica_runs_is_stored_for_it(
     root = next_ts()
     harness.slack.add_message("C1", "a thread", ALICE, ts=root)
     key = thread_key(root)
-    threads = harness.surface.threads
+    threads = harness.surface.turns
     reply = {"type": "message", "user": BOB, "text": "beside the run", "channel": "C1",
              "thread_ts": root, "team": TEAM}  # fmt: skip
     # Nobody runs the thread: ignored.
     ts1 = next_ts()
-    assert await threads.intake({**reply, "ts": ts1}, team_id=TEAM) is None
+    assert await harness.surface.listeners.intake({**reply, "ts": ts1}, team_id=TEAM) is None
     # A replica that is gone holds its lease: still ignored.
     assert await threads.inbox.lease(key.key, owner=GONE, run_id="r-dead", alive=[GONE])
     ts2 = next_ts()
-    assert await threads.intake({**reply, "ts": ts2}, team_id=TEAM) is None
+    assert await harness.surface.listeners.intake({**reply, "ts": ts2}, team_id=TEAM) is None
     # This replica (alive) holds it: stored for the run.
     await threads.inbox.release(key.key, "r-dead")
     me = harness.baton.instances.id
     assert await threads.inbox.lease(key.key, owner=me, run_id="r-live", alive=[me])
     ts3 = next_ts()
-    stored = await threads.intake({**reply, "ts": ts3}, team_id=TEAM)
+    stored = await harness.surface.listeners.intake({**reply, "ts": ts3}, team_id=TEAM)
     assert stored is not None and not stored.addressed
     # …but not talk addressed to someone else.
     ts4 = next_ts()
     assert (
-        await threads.intake(
+        await harness.surface.listeners.intake(
             {**reply, "ts": ts4, "text": "<@UCAROL> what do you think?"}, team_id=TEAM
         )
         is None

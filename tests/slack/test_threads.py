@@ -224,7 +224,7 @@ async def test_cancel_from_the_progress_message(harness: SlackHarness) -> None:
     assert await harness.click(button["action_id"], button["value"], user=BOB,
                                message_ts=progress["ts"]) == 200  # fmt: skip
     await asyncio.sleep(0.2)
-    assert harness.surface.threads.runs
+    assert harness.surface.turns.runs
     assert any("Only the person who started" in e["text"] for e in harness.slack.ephemerals)
     assert await harness.click(button["action_id"], button["value"], user=ALICE,
                                message_ts=progress["ts"]) == 200  # fmt: skip

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bot.store.database import Database
-from bot.store.thread_inbox import PENDING, TAKEN, ThreadInbox
+from bot.store.thread_inbox import PENDING, TAKEN, Inbound, ThreadInbox
 from tests.databases import fresh_database
 
 KEY = "slack:T1:C1:1700000000.000100"
@@ -32,10 +32,16 @@ async def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
 
 
 async def store(inbox: ThreadInbox, ts: str, *, addressed: bool = True) -> int:
-    message = await inbox.receive(
-        session_key=KEY, channel_id="C1", thread_ts="1700000000.000100", ts=ts,
-        user_id="U1", text=f"message {ts}", holder="a", addressed=addressed, state=PENDING,
-    )  # fmt: skip
+    inbound = Inbound(
+        session_key=KEY,
+        channel_id="C1",
+        thread_ts="1700000000.000100",
+        ts=ts,
+        user_id="U1",
+        text=f"message {ts}",
+        addressed=addressed,
+    )
+    message = await inbox.receive(inbound, holder="a", state=PENDING)
     assert message is not None
     return message.id
 
@@ -113,11 +119,21 @@ async def test_a_duplicate_delivery_is_not_stored_twice(
 ) -> None:
     one, two = replicas
     results = await asyncio.gather(
-        *((one if i % 2 else two).receive(
-            session_key=KEY, channel_id="C1", thread_ts="1", ts="1700000003.000001",
-            user_id="U1", text="same", holder=f"p{i}",
-        ) for i in range(8))
-    )  # fmt: skip
+        *(
+            (one if i % 2 else two).receive(
+                Inbound(
+                    session_key=KEY,
+                    channel_id="C1",
+                    thread_ts="1",
+                    ts="1700000003.000001",
+                    user_id="U1",
+                    text="same",
+                ),
+                holder=f"p{i}",
+            )
+            for i in range(8)
+        )
+    )
     assert sum(r is not None for r in results) == 1
 
 
