@@ -402,7 +402,7 @@ class TerminalChat:
         if stored is None:
             self.line("✗ Not taken: Baton is stopping")
             return
-        self.turns.spawn(self.turns.dispatch(stored), f"message-{stored.id}")
+        self.turns.spawn(self.turns.dispatch(stored), f"message-{stored.id}", run=True)
         # Let the dispatch start before the next line is awaited.
         await asyncio.sleep(0)
 

@@ -156,24 +156,26 @@ class TurnMachine:
         self._steer_watch: asyncio.Task[None] | None = None
         self.accepting = True
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._side: set[asyncio.Task[Any]] = set()  # those that carry no run
 
     # ----------------------------------------------------------------- lifecycle
 
-    def spawn(self, work: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+    def spawn(
+        self, work: Coroutine[Any, Any, Any], name: str, *, run: bool = False
+    ) -> asyncio.Task[Any]:
         """Run `work` outside the caller (a listener acks at once); owned, its failure
-        logged, and counted until it ends (`idle`)."""
+        logged, and counted until it ends (`idle`). `run`: it may carry a run (a
+        dispatch, a turn), so it lasts as long as that run."""
         task = asyncio.create_task(self._guard(work, name), name=name)
         self._tasks.add(task)
-        self._idle.clear()
+        if not run:
+            self._side.add(task)
         task.add_done_callback(self._forget)
         return task
 
     def _forget(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
-        if not self._tasks:
-            self._idle.set()
+        self._side.discard(task)
 
     @staticmethod
     async def _guard(work: Coroutine[Any, Any, Any], name: str) -> None:
@@ -184,12 +186,15 @@ class TurnMachine:
         except Exception:
             logger.exception("%s failed", name)
 
-    async def idle(self) -> None:
+    async def idle(self, *, runs: bool = True) -> None:
         """Return once nothing this machine started is going on: no run, no note being
-        posted, no message being dispatched (tests wait on this instead of sleeping)."""
-        while self._tasks:
-            await self._idle.wait()
-            await asyncio.sleep(0)  # what the last one started in its end is owned too
+        posted, no click being handled. With `runs=False`, runs may go on: only what
+        else was started must be over (a click while a run waits for a person). Tests
+        wait on this, instead of sleeping, to prove that nothing else happened."""
+        while pending := (self._tasks if runs else self._side):
+            await asyncio.wait(list(pending), return_when=asyncio.FIRST_COMPLETED)
+            # What the one that ended started in its end is owned too: look again.
+            await asyncio.sleep(0)
 
     async def drain(self, grace_s: float) -> None:
         """Stop taking work and let what is going on (and what it starts, such as the
@@ -369,7 +374,7 @@ class TurnMachine:
                     key.key, run_id=run_id, holder=self.instances.id, questions_only=True
                 )
                 if taken:
-                    turn = self.spawn(self._turn(key, taken[0], run_id), f"turn-{run_id}")
+                    turn = self.spawn(self._turn(key, taken[0], run_id), f"turn-{run_id}", run=True)
                     await asyncio.wait([turn])
             finally:
                 await asyncio.shield(self.inbox.release(key.key, run_id))
@@ -611,7 +616,7 @@ class TurnMachine:
                     self.surface.offer_retry(where, stored.run_id), f"offer-retry-{stored.run_id}"
                 )
         elif stored.state == NEW and stored.holder not in await self.instances.alive():
-            self.spawn(self._dispatch_unclaimed(stored), f"redelivered-{stored.id}")
+            self.spawn(self._dispatch_unclaimed(stored), f"redelivered-{stored.id}", run=True)
 
     async def retry(
         self,
@@ -673,7 +678,7 @@ class TurnMachine:
             if local is not None:
                 await self._deliver(local)
             else:
-                self.spawn(self.take_turns(key), f"retry-{run_id}")
+                self.spawn(self.take_turns(key), f"retry-{run_id}", run=True)
         return None
 
     async def pick_up(self, *, alive: Collection[str]) -> None:
@@ -684,14 +689,14 @@ class TurnMachine:
             return
         for message in await self.inbox.unclaimed(alive=alive):
             if self._ours(message.session_key):
-                self.spawn(self._dispatch_unclaimed(message), f"unclaimed-{message.id}")
+                self.spawn(self._dispatch_unclaimed(message), f"unclaimed-{message.id}", run=True)
         for message in await self.inbox.waiting(alive=alive):
             if not self._ours(message.session_key):
                 continue
             key = SessionKey.parse(message.session_key)
             if key.key not in self.threads and key.key not in self._starting:
                 self._starting.add(key.key)
-                self.spawn(self._start_waiting(key), f"waiting-{message.id}")
+                self.spawn(self._start_waiting(key), f"waiting-{message.id}", run=True)
 
     def _ours(self, session_key: str) -> bool:
         """Whether a session is of this machine's surface: the others' are theirs."""

@@ -158,7 +158,7 @@ class Listeners:
     def _dispatch(self, context: AsyncBoltContext) -> None:
         message = context.get(TAKEN_MESSAGE)
         if message is not None:
-            self.spawn(self.turns.dispatch(message), f"message-{message.id}")
+            self.turns.spawn(self.turns.dispatch(message), f"message-{message.id}", run=True)
 
     async def handle_app_home_opened(self, event: dict[str, Any]) -> None:
         if event.get("tab", "home") == "home":

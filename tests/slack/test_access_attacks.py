@@ -94,7 +94,7 @@ async def test_show_arguments_from_another_channel_shows_nothing(harness: SlackH
     assert found is not None
     value = found["button"]["value"]
     assert await harness.click(SHOW_ARGUMENTS, value, user=BOB, channel="C2") == 200
-    await asyncio.sleep(0.3)
+    await harness.surface.turns.idle(runs=False)  # the click was handled
     assert harness.slack.calls_to("views.open") == []
     # From its own message it opens.
     assert await harness.click(SHOW_ARGUMENTS, value, user=BOB,

@@ -350,7 +350,7 @@ async def test_reported_bug_a_non_approver_cannot_approve_reading_the_bots_envir
     assert await state_of(no_self, found) == "pending"
     # A forged Deny-as-Approve or a second try changes nothing either.
     await click(no_self, found, "baton_approve", BOB)
-    await asyncio.sleep(0.2)
+    await no_self.surface.turns.idle(runs=False)  # the click was handled
     assert await state_of(no_self, found) == "pending"
     assert len(no_self.llm.requests) == 1  # the command never ran
     await click(no_self, found, "baton_deny", BOB)

@@ -56,7 +56,7 @@ async def test_talk_between_people_during_a_run_is_not_steering(harness: SlackHa
     ts = await harness.mention("review the change")
     await asyncio.wait_for(first_call.wait(), 10)
     aside = await reply_in_thread(harness, ts, f"<@{ALICE}> lunch after this?")
-    await asyncio.sleep(0.2)
+    await harness.surface.turns.idle(runs=False)  # whatever it started is over
     go_on.set()
     await harness.settle()
     assert ("C1", aside) not in harness.slack.reactions

@@ -201,7 +201,7 @@ async def test_a_forged_submission_for_a_task_of_another_channel_sends_nothing(
     # Metadata that is not what the modal writes: nothing either.
     garbage = {**view, "private_metadata": "task-explore-1"}
     assert (await submit(harness, garbage, STEERING, user=ALICE)).status == 200
-    await asyncio.sleep(0.3)
+    await harness.surface.turns.idle(runs=False)  # both submissions were handled
     assert len(harness.slack.ephemerals) == before
     assert not any(line.startswith("✉") for line in await log_of(harness, "task-explore-1"))
     child.release.set()
@@ -239,7 +239,7 @@ async def test_an_empty_or_too_long_steering_text_is_refused_in_the_modal(
         assert response.status == 200
         errors = json.loads(await response.text())
         assert errors["response_action"] == "errors" and "baton_steer_input" in errors["errors"]
-    await asyncio.sleep(0.2)
+    await harness.surface.turns.idle(runs=False)
     assert not any(line.startswith("✉") for line in await log_of(harness, "task-explore-1"))
     child.release.set()
     await harness.settle()

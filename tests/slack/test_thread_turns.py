@@ -99,7 +99,7 @@ async def test_a_database_error_at_intake_is_not_acked_and_the_retry_is_answered
         await db.commit()
     response = await harness.send_event(event, event_id="EvDbDown")
     assert response.status == 500
-    await asyncio.sleep(0.3)
+    await harness.surface.turns.idle()  # nothing was started
     assert not harness.llm.requests
     async with harness.baton.database.sessions() as db:
         await db.exec(text("ALTER TABLE thread_messages_away RENAME TO thread_messages"))  # type: ignore[call-overload]
