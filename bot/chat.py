@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TextIO
 
 from bot.access.admission import QueuePosition
@@ -132,6 +132,10 @@ class TerminalSurface:
         self.terminal = terminal
         self.redact = redact
         self.approver: ApprovalFunc | None = None
+        # Called with each run as it starts (a Ctrl-C typed before it did cancels it).
+        self.on_run: Callable[[RunTicket], None] | None = None
+        # Whether the prompt shows again once a run ends (lines steer while it works).
+        self.prompt_after_run = False
         self.retryable: list[str] = []  # runs a restart interrupted, newest last
 
     def clean(self, text: str) -> str:
@@ -155,6 +159,12 @@ class TerminalSurface:
     async def say(self, where: Where, text: str) -> None:
         self.terminal.line(text)
 
+    async def not_handled(self, where: Where, *, authors: Sequence[str], why: str) -> None:
+        self.terminal.line(
+            f"⊘ Not handled ({why}): what you typed while it worked. Send it again if it "
+            "still matters."
+        )
+
     async def report(self, where: Where, text: str) -> None:
         self.terminal.line(f"✗ {self.redact(text)}")
 
@@ -173,7 +183,9 @@ class TerminalSurface:
         self.terminal.line(f"✗ Run {run_id} was interrupted by a restart: /retry runs it again")
 
     def view(self, run: RunTicket) -> TerminalTurnView:
-        return TerminalTurnView(self.terminal, redact=self.redact)
+        if self.on_run is not None:
+            self.on_run(run)
+        return TerminalTurnView(self.terminal, redact=self.redact, prompt=self.prompt_after_run)
 
     def approval(self, run: RunTicket) -> ApprovalFunc:
         assert self.approver is not None
@@ -198,10 +210,13 @@ class TerminalSurface:
 class TerminalTurnView:
     """One run at the terminal: its answer as it is written, its steps as lines."""
 
-    def __init__(self, terminal: Terminal, *, redact: Any) -> None:
+    def __init__(self, terminal: Terminal, *, redact: Any, prompt: bool = False) -> None:
         self.terminal = terminal
         self.redact = redact
-        self.written = ""  # the answer as shown so far
+        self.prompt = prompt
+        # The text of the model's current message as shown so far: the final answer is
+        # the last one, after the last tool call.
+        self.written = ""
         self.header_shown = False
 
     async def open(self) -> str | None:
@@ -223,6 +238,7 @@ class TerminalTurnView:
                 self.written = ""
         elif isinstance(event, ToolStart | ToolResult):
             # An ErrorEvent is reported whole (Surface.report), an approval asked as such.
+            self.written = ""  # text before a tool call is not the answer
             self._line(event)
 
     def show_child(self, update: SubAgentEvent) -> None:
@@ -237,6 +253,8 @@ class TerminalTurnView:
             self.written = ""
             self.terminal.line(f"… {event.describe()}; the answer above starts again")
         elif not isinstance(event, ErrorEvent | ApprovalRequired):
+            if isinstance(event, ToolStart):
+                self.written = ""
             self._line(event, agent=update.agent)
 
     def _header(self, agent: str, task_id: str) -> None:
@@ -266,6 +284,8 @@ class TerminalTurnView:
 
     async def finish(self, end: RunEnd) -> None:
         self.terminal.line(f"── {describe_end(end)}")
+        if self.prompt:
+            self.terminal.write("> ")
 
 
 class TerminalChat:
@@ -289,9 +309,12 @@ class TerminalChat:
         self.terminal = Terminal(stdout)
         self.surface = TerminalSurface(key, self.terminal, redact=baton.redact)
         self.surface.approver = self._approve
+        self.surface.on_run = self._run_started
+        self._cancel_next = False  # Ctrl-C came before the run it meant had started
         self.turns = TurnMachine(self.surface, baton.turn_parts(), access=_Operator())
         # At a terminal a line typed during a run steers it; piped input is a script.
         self.steer = stdin.isatty() if steer is None else steer
+        self.surface.prompt_after_run = self.steer
         self._approval: asyncio.Future[str | None] | None = None
         self._approval_lock = asyncio.Lock()
         self._wants_line = asyncio.Event()
@@ -342,7 +365,7 @@ class TerminalChat:
         goes to the approval, not here)."""
         while True:
             await self._ready()
-            if not self.turns.runs and self._approval is None:
+            if not self.turns.busy and self._approval is None:
                 self.terminal.write("> ")
             text = await self.reader.next()
             if self._approval is not None:
@@ -407,12 +430,20 @@ class TerminalChat:
         await asyncio.sleep(0)
 
     def _interrupt(self) -> None:
-        """Ctrl-C: cancel the runs going on; at the prompt, leave."""
-        if not self.turns.runs:
+        """Ctrl-C: cancel the runs going on (or the one about to start); at the prompt,
+        leave."""
+        if self.turns.runs:
+            for run_id in list(self.turns.runs):
+                self.turns.spawn(self.turns.cancel(run_id, by=""), f"cancel-{run_id}")
+        elif self.turns.busy:
+            self._cancel_next = True
+        else:
             self.reader.queue.put_nowait(None)
-            return
-        for run_id in list(self.turns.runs):
-            self.turns.spawn(self.turns.cancel(run_id, by=""), f"cancel-{run_id}")
+
+    def _run_started(self, run: RunTicket) -> None:
+        if self._cancel_next:
+            self._cancel_next = False
+            self.turns.spawn(self.turns.cancel(run.run_id, by=""), f"cancel-{run.run_id}")
 
     async def _retry(self, run_id: str) -> None:
         run_id = run_id or (self.surface.retryable[-1] if self.surface.retryable else "")

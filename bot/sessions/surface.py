@@ -132,6 +132,11 @@ class Surface(Protocol):
         """A short note in the thread."""
         ...
 
+    async def not_handled(self, where: Where, *, authors: Sequence[str], why: str) -> None:
+        """Messages that reached a run which ended (`why`) before reading them: tell
+        their authors they were not acted on."""
+        ...
+
     async def report(self, where: Where, text: str) -> None:
         """What went wrong, in the thread (escaped, whole)."""
         ...

@@ -186,6 +186,11 @@ class TurnMachine:
         except Exception:
             logger.exception("%s failed", name)
 
+    @property
+    def busy(self) -> bool:
+        """Whether anything this machine started is going on."""
+        return bool(self._tasks)
+
     async def idle(self, *, runs: bool = True) -> None:
         """Return once nothing this machine started is going on: no run, no note being
         posted, no click being handled. With `runs=False`, runs may go on: only what
@@ -475,7 +480,6 @@ class TurnMachine:
         if not lost:
             await self.inbox.end_run(run.run_id, INTERRUPTED_STATE if interrupted else DONE)
         if unread:
-            who = ", ".join(sorted({f"<@{s.author}>" for s in unread}))
             why = (
                 "the run was cancelled"
                 if cancelled
@@ -485,11 +489,11 @@ class TurnMachine:
                     else "the run ended first"
                 )
             )
-            note = (
-                f"⊘ Not handled ({why}): the messages from {who} that came in while it "
-                "worked. Mention me if they still matter."
+            authors = sorted({s.author for s in unread})
+            self.spawn(
+                self.surface.not_handled(run.where, authors=authors, why=why),
+                f"not-handled-{run.run_id}",
             )
-            self.spawn(self.surface.say(run.where, note), f"not-handled-{run.run_id}")
         if again and not self.accepting:
             await self.signals.notify("steer", run.key.key)  # for another replica
 
@@ -497,7 +501,10 @@ class TurnMachine:
 
     async def _deliver(self, run: ActiveRun) -> None:
         """Hand the thread's waiting messages to `run` (in their order), each
-        acknowledged to its author."""
+        acknowledged to its author. An `@agent` run reads none: they wait for its end
+        (questions are the thread's next turn)."""
+        if run.direct:
+            return
         taken = await self.inbox.take(
             run.key.key, run_id=run.run_id, holder=self.instances.id, questions_only=False
         )

@@ -261,6 +261,14 @@ class SlackThreadSurface:
         except SlackApiError as exc:
             logger.warning("could not post in the thread: %s", exc.response.get("error"))
 
+    async def not_handled(self, where: Where, *, authors: Sequence[str], why: str) -> None:
+        who = ", ".join(f"<@{author}>" for author in authors)
+        await self.say(
+            where,
+            f"⊘ Not handled ({why}): the messages from {who} that came in while it worked. "
+            "Mention me if they still matter.",
+        )
+
     async def report(self, where: Where, text: str) -> None:
         message = error_message(self.redact(text))
         try:
