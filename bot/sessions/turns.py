@@ -260,6 +260,11 @@ class TurnMachine:
         """
         if not self.accepting:
             return None
+        if not SessionKey.parse(message.session_key).holds(message.channel_id, message.thread_ts):
+            # A surface's bug, never a person's doing: a message must not reach another
+            # thread's conversation (or steer its run).
+            logger.warning("refused a message whose session is not its thread's")
+            return None
         if not message.addressed:
             if message.thread_ts == message.ts:
                 return None  # talk outside any thread steers nothing

@@ -68,6 +68,7 @@ from bot.slack.text import (
 from bot.slack.timeline import redacted_event, show_child_step, show_step
 from bot.store import SessionKey, SessionRecord
 from bot.store.runs import RunRecord
+from bot.store.sessions import DM_THREAD
 from bot.store.tasks import TaskRecord
 from bot.store.thread_inbox import Inbound, ThreadMessage
 from bot.subagents import SubAgentEvent
@@ -84,8 +85,6 @@ STATUS_PATIENCE_S = 1.0
 MAX_CONTEXT_MESSAGES = 50
 MAX_CONTEXT_CHARS = 2_000
 MAX_REPLY_PAGES = 10
-# The session of a DM: one continuing conversation per DM channel.
-DM_CONVERSATION = "dm"
 # The reaction that tells someone their message reached the running agent.
 SEEN_REACTION = "eyes"
 USER_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
@@ -153,7 +152,7 @@ class SlackThreadSurface:
         key = SessionKey.slack_thread(
             team_id=team_id or parsed.team or "-",
             channel_id=parsed.channel,
-            thread_ts=DM_CONVERSATION if is_dm else thread_ts,
+            thread_ts=DM_THREAD if is_dm else thread_ts,
         )
         message = Inbound(
             session_key=key.key,

@@ -19,6 +19,10 @@ _MESSAGE_INSERT = insert(MessageRow)
 APPEND_ATTEMPTS = 5
 
 
+# The thread of a DM's session: a DM is one continuing conversation.
+DM_THREAD = "dm"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionKey:
     """What identifies a conversation: a Slack thread, or a named terminal chat."""
@@ -45,6 +49,16 @@ class SessionKey:
             team_id, channel_id, thread_ts = rest.split(":", 2)
             return cls.slack_thread(team_id=team_id, channel_id=channel_id, thread_ts=thread_ts)
         return cls(kind=kind, name=rest)
+
+    def holds(self, channel_id: str, thread_ts: str) -> bool:
+        """Whether a message of `channel_id`'s thread `thread_ts` may belong to this
+        session: a Slack thread's are its channel's and thread's (a DM's, any of its
+        channel's); a terminal session has one thread of its own."""
+        if self.kind != "slack":
+            return True
+        if self.channel_id != channel_id:
+            return False
+        return self.thread_ts in (thread_ts, DM_THREAD)
 
     @property
     def key(self) -> str:
