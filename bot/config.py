@@ -600,8 +600,10 @@ def _make_state_dir(state_dir: Path) -> None:
             logger.warning(
                 "BATON_STATE_DIR %s is open to other users (mode %o); "
                 "Baton's database is there: chmod 700 %s",
-                state_dir, mode, state_dir,
-            )  # fmt: skip
+                state_dir,
+                mode,
+                state_dir,
+            )
         return
     try:
         state_dir.mkdir(mode=0o700, parents=True)
@@ -625,8 +627,11 @@ def _database_url(explicit: str | None, state_dir: Path, base: Path) -> tuple[st
             "It lies where Baton starts, often inside the workspace: to move it, stop Baton "
             "and run  mv %s* %s/  (the -wal and -shm files go with it), or set "
             "DATABASE_URL=sqlite:///%s to keep it where it is.",
-            legacy, legacy, state_dir, legacy,
-        )  # fmt: skip
+            legacy,
+            legacy,
+            state_dir,
+            legacy,
+        )
         return f"sqlite:///{legacy}", "legacy"
     return f"sqlite:///{state_dir / DATABASE_FILE_NAME}", "state_dir"
 

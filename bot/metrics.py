@@ -37,38 +37,52 @@ __all__ = [
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 RUNS = Counter(
-    "baton_runs", "Runs finished, by outcome (done, failed, cancelled, cut, ...).",
-    ["outcome"], registry=REGISTRY,
-)  # fmt: skip
+    "baton_runs",
+    "Runs finished, by outcome (done, failed, cancelled, cut, ...).",
+    ["outcome"],
+    registry=REGISTRY,
+)
 TOOL_CALLS = Counter(
-    "baton_tool_calls", "Tool calls, by tool and outcome (ok or error).",
-    ["tool", "outcome"], registry=REGISTRY,
-)  # fmt: skip
+    "baton_tool_calls",
+    "Tool calls, by tool and outcome (ok or error).",
+    ["tool", "outcome"],
+    registry=REGISTRY,
+)
 APPROVALS = Counter(
-    "baton_approvals", "Approval requests ended, by outcome (approved, denied, expired, "
-    "cancelled).", ["outcome"], registry=REGISTRY,
-)  # fmt: skip
+    "baton_approvals",
+    "Approval requests ended, by outcome (approved, denied, expired, cancelled).",
+    ["outcome"],
+    registry=REGISTRY,
+)
 LLM_CALL_SECONDS = Histogram(
-    "baton_llm_call_seconds", "Time of one model answer, from request to last chunk, "
-    "retries included.", registry=REGISTRY,
+    "baton_llm_call_seconds",
+    "Time of one model answer, from request to last chunk, retries included.",
+    registry=REGISTRY,
     buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 900),
-)  # fmt: skip
+)
 LLM_TOKENS = Counter(
-    "baton_llm_tokens", "Tokens of model calls, by kind (prompt or completion).",
-    ["kind"], registry=REGISTRY,
-)  # fmt: skip
+    "baton_llm_tokens",
+    "Tokens of model calls, by kind (prompt or completion).",
+    ["kind"],
+    registry=REGISTRY,
+)
 SLACK_CALLS = Counter(
-    "baton_slack_api_calls", "Slack Web API calls made by Baton's client, by method.",
-    ["method"], registry=REGISTRY,
-)  # fmt: skip
+    "baton_slack_api_calls",
+    "Slack Web API calls made by Baton's client, by method.",
+    ["method"],
+    registry=REGISTRY,
+)
 SLACK_RATE_LIMITED = Counter(
-    "baton_slack_api_rate_limited", "HTTP 429 answers of the Slack Web API, by method "
-    "(each retried attempt counts).", ["method"], registry=REGISTRY,
-)  # fmt: skip
+    "baton_slack_api_rate_limited",
+    "HTTP 429 answers of the Slack Web API, by method (each retried attempt counts).",
+    ["method"],
+    registry=REGISTRY,
+)
 RUNS_WAITING = Gauge(
-    "baton_runs_waiting", "Runs of this process waiting for admission (limits: runs, "
-    "runs_per_user).", registry=REGISTRY,
-)  # fmt: skip
+    "baton_runs_waiting",
+    "Runs of this process waiting for admission (limits: runs, runs_per_user).",
+    registry=REGISTRY,
+)
 
 
 class _Waiting(Protocol):

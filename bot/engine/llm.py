@@ -327,8 +327,9 @@ class LLMClient:
             usage = answer.usage
             metrics.record_llm_call(
                 time.monotonic() - called_at,
-                prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-            )  # fmt: skip
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+            )
             yield answer.response()
             return
 

@@ -34,9 +34,10 @@ _HEREDOC_OPERATORS = frozenset({"<<", "<<-"})
 _FD_DUPLICATIONS = frozenset({">&", "<&"})
 _RESERVED_WORDS = frozenset({"!", "if", "then", "elif", "else", "do", "while", "until"})
 SHELL_PROGRAMS = frozenset(
-    {"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "yash",
-     "posh", "rbash"}
-)  # fmt: skip
+    """
+    sh bash zsh dash ksh mksh ash fish csh tcsh yash posh rbash
+    """.split()
+)
 """Programs that run shell code: ``-c`` strings and here-documents given to them are parsed."""
 ASSIGNMENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?\+?=")
 

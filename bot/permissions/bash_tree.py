@@ -117,9 +117,20 @@ def _remove_backslashes(text: str, *, escapable: str | None) -> str:
 
 
 _ANSI_SIMPLE = {
-    "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r",
-    "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?",
-}  # fmt: skip
+    "a": "\a",
+    "b": "\b",
+    "e": "\x1b",
+    "E": "\x1b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "?": "?",
+}
 _HEX = "0123456789abcdefABCDEF"
 
 

@@ -21,43 +21,40 @@ from bot.sandbox.environment import DEFAULT_PATH
 __all__ = ["BUILTINS", "NON_RUNNERS", "is_command_name"]
 
 BUILTINS = frozenset(
-    {".", ":", "[", "alias", "bg", "bind", "break", "builtin", "caller", "cd", "command",
-     "compgen", "complete", "compopt", "continue", "coproc", "declare", "dirs", "disown",
-     "echo", "enable", "eval", "exec", "exit", "export", "false", "fc", "fg", "getopts",
-     "hash", "help", "history", "jobs", "kill", "let", "local", "logout", "mapfile", "popd",
-     "printf", "pushd", "pwd", "read", "readarray", "readonly", "return", "set", "shift",
-     "shopt", "source", "suspend", "test", "time", "times", "trap", "true", "type",
-     "typeset", "ulimit", "umask", "unalias", "unset", "wait"}
-)  # fmt: skip
+    """
+    . : [ alias bg bind break builtin caller cd command compgen complete compopt continue coproc
+    declare dirs disown echo enable eval exec exit export false fc fg getopts hash help history jobs
+    kill let local logout mapfile popd printf pushd pwd read readarray readonly return set shift
+    shopt source suspend test time times trap true type typeset ulimit umask unalias unset wait
+    """.split()
+)
 """bash's builtins and the keywords that start a command."""
 
-NON_RUNNERS = frozenset(
-    {
-        # coreutils that only handle data and files
-        "[", "b2sum", "base32", "base64", "basename", "basenc", "cat", "chgrp", "chmod",
-        "chown", "cksum", "comm", "cp", "csplit", "cut", "date", "dd", "df", "dir",
-        "dircolors", "dirname", "du", "echo", "expand", "expr", "factor", "false", "fmt",
-        "fold", "groups", "head", "hostid", "id", "install", "join", "link", "ln", "logname",
-        "ls", "md5sum", "mkdir", "mkfifo", "mknod", "mktemp", "mv", "nl", "nproc", "numfmt",
-        "od", "paste", "pathchk", "pr", "printenv", "printf", "ptx", "pwd", "readlink",
-        "realpath", "rm", "rmdir", "seq", "sha1sum", "sha224sum", "sha256sum", "sha384sum",
-        "sha512sum", "shred", "shuf", "sleep", "sort", "split", "stat", "stty", "sum", "sync",
-        "tac", "tail", "tee", "test", "touch", "tr", "true", "truncate", "tsort", "tty",
-        "uname", "unexpand", "uniq", "unlink", "users", "vdir", "wc", "who", "whoami", "yes",
-        # text tools and viewers Baton reads options of, and their kin
-        "awk", "gawk", "mawk", "nawk", "cmp", "diff", "diff3", "egrep", "fgrep", "grep",
-        "jq", "less", "more", "man", "rg", "sed", "tar", "column", "file", "hexdump",
-        "look", "rev", "strings", "tree", "xxd", "zcat", "gzip", "gunzip", "bzip2",
-        "bunzip2", "xz", "unxz", "zstd", "unzip", "zip", "which",
-        # shell builtins whose words are data
-        "alias", "cd", "declare", "dirs", "export", "getopts", "hash", "help", "history",
-        "jobs", "let", "local", "mapfile", "popd", "pushd", "read", "readarray", "readonly",
-        "return", "set", "shift", "shopt", "type", "typeset", "ulimit", "umask", "unalias",
-        "unset", "wait", "exit", "break", "continue",
-        # programs with a reading of their own (git's subcommands, URLs for downloaders)
-        "git", "curl", "wget",
-    }
-)  # fmt: skip
+# coreutils that only handle data and files
+_COREUTILS = """
+    [ b2sum base32 base64 basename basenc cat chgrp chmod chown cksum comm cp csplit cut date dd df
+    dir dircolors dirname du echo expand expr factor false fmt fold groups head hostid id install
+    join link ln logname ls md5sum mkdir mkfifo mknod mktemp mv nl nproc numfmt od paste pathchk pr
+    printenv printf ptx pwd readlink realpath rm rmdir seq sha1sum sha224sum sha256sum sha384sum
+    sha512sum shred shuf sleep sort split stat stty sum sync tac tail tee test touch tr true
+    truncate tsort tty uname unexpand uniq unlink users vdir wc who whoami yes
+"""
+# text tools and viewers Baton reads options of, and their kin
+_TEXT_TOOLS = """
+    awk gawk mawk nawk cmp diff diff3 egrep fgrep grep jq less more man rg sed tar column file
+    hexdump look rev strings tree xxd zcat gzip gunzip bzip2 bunzip2 xz unxz zstd unzip zip which
+"""
+# shell builtins whose words are data
+_DATA_BUILTINS = """
+    alias cd declare dirs export getopts hash help history jobs let local mapfile popd pushd read
+    readarray readonly return set shift shopt type typeset ulimit umask unalias unset wait exit
+    break continue
+"""
+# programs with a reading of their own (git's subcommands, URLs for downloaders)
+_OWN_READINGS = """
+    git curl wget
+"""
+NON_RUNNERS = frozenset((_COREUTILS + _TEXT_TOOLS + _DATA_BUILTINS + _OWN_READINGS).split())
 """Programs whose arguments are never a command they run (their words are data)."""
 
 _NOT_A_NAME = re.compile(r"[\s=]|^-|^$")

@@ -61,8 +61,13 @@ from bot.permissions.shell_words import (
     unwrap_command,
 )
 
-__all__ = ["DANGER_PATTERNS", "DangerMatch", "DangerPattern", "find_command_danger",
-           "find_path_danger"]  # fmt: skip
+__all__ = [
+    "DANGER_PATTERNS",
+    "DangerMatch",
+    "DangerPattern",
+    "find_command_danger",
+    "find_path_danger",
+]
 
 # `name() { ... name | name & ... }`. The name must start a word and the quantifiers are
 # possessive, so that a long run of word characters cannot make the search quadratic.
@@ -71,8 +76,7 @@ _FORK_BOMB_RE = re.compile(
     r"(?P=name)\s*+\|\s*+&?\s*+(?P=name)\s*+&"
 )
 
-_DOWNLOADERS = frozenset({"curl", "wget", "fetch", "aria2c", "http", "https", "xh",
-                          "lwp-request"})  # fmt: skip
+_DOWNLOADERS = frozenset({"curl", "wget", "fetch", "aria2c", "http", "https", "xh", "lwp-request"})
 _CODE_RUNNERS = frozenset({"eval", "source", "."})
 _ROOT_PROGRAMS = frozenset({"sudo", "su", "doas", "pkexec", "run0", "sudoedit"})
 
@@ -81,46 +85,61 @@ _BLOCK_DEVICE_RE = re.compile(
     r"|sr\d|mem$|kmem$|port$)"
 )
 _FORMAT_PROGRAMS = frozenset(
-    {"mkfs", "mke2fs", "mkswap", "fdisk", "sfdisk", "cfdisk", "gdisk", "sgdisk", "cgdisk",
-     "parted", "wipefs", "blkdiscard", "mkntfs", "mkdosfs", "newfs"}
-)  # fmt: skip
+    """
+    mkfs mke2fs mkswap fdisk sfdisk cfdisk gdisk sgdisk cgdisk parted wipefs blkdiscard mkntfs
+    mkdosfs newfs
+    """.split()
+)
+# diskutil's verbs that erase or repartition a disk.
+_DISKUTIL_ERASERS = ("erase", "partitiondisk", "zerodisk", "randomdisk", "secureerase", "reformat")
 
 # Exactly these are too important to chmod/chown at all; inside the trees, only a
 # recursive change is flagged (a single config file is an ordinary edit).
 _SYSTEM_ROOTS = frozenset(
-    {"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32",
-     "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/usr", "/var", "/System",
-     "/Library", "/Applications", "/Users", "/private"}
-)  # fmt: skip
-_SYSTEM_TREES = (
-    "/bin/", "/boot/", "/dev/", "/etc/", "/lib/", "/lib32/", "/lib64/", "/libx32/", "/proc/",
-    "/root/", "/run/", "/sbin/", "/sys/", "/usr/", "/var/", "/System/", "/Library/",
-    "/private/",
-)  # fmt: skip
+    """
+    / /bin /boot /dev /etc /home /lib /lib32 /lib64 /libx32 /opt /proc /root /run /sbin /srv /sys
+    /usr /var /System /Library /Applications /Users /private
+    """.split()
+)
+_SYSTEM_TREES = tuple(
+    """
+    /bin/ /boot/ /dev/ /etc/ /lib/ /lib32/ /lib64/ /libx32/ /proc/ /root/ /run/ /sbin/ /sys/ /usr/
+    /var/ /System/ /Library/ /private/
+    """.split()
+)
 _HOME_WORDS = frozenset({"~", "$HOME", "${HOME}"})
-_SYSTEM_WRITE_TREES = ("/etc/", "/usr/", "/bin/", "/sbin/", "/lib/", "/lib32/", "/lib64/",
-                       "/boot/", "/System/", "/Library/")  # fmt: skip
+_SYSTEM_WRITE_TREES = tuple(
+    """
+    /etc/ /usr/ /bin/ /sbin/ /lib/ /lib32/ /lib64/ /boot/ /System/ /Library/
+    """.split()
+)
 
 _STARTUP_NAMES = frozenset(
-    {".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc",
-     ".zprofile", ".zshenv", ".zlogin", ".zlogout", ".kshrc", ".cshrc", ".tcshrc",
-     "config.fish"}
-)  # fmt: skip
+    """
+    .bashrc .bash_profile .bash_login .bash_logout .profile .zshrc .zprofile .zshenv .zlogin
+    .zlogout .kshrc .cshrc .tcshrc config.fish
+    """.split()
+)
 _STARTUP_PATHS = frozenset(
-    {"/etc/profile", "/etc/bash.bashrc", "/etc/bashrc", "/etc/zshrc", "/etc/zsh/zshrc",
-     "/etc/zshenv", "/etc/zsh/zshenv", "/etc/environment"}
-)  # fmt: skip
+    """
+    /etc/profile /etc/bash.bashrc /etc/bashrc /etc/zshrc /etc/zsh/zshrc /etc/zshenv /etc/zsh/zshenv
+    /etc/environment
+    """.split()
+)
 
 _POWER_PROGRAMS = frozenset({"shutdown", "reboot", "halt", "poweroff"})
 _POWER_VERBS = frozenset(
-    {"reboot", "poweroff", "halt", "kexec", "soft-reboot", "suspend", "hibernate",
-     "hybrid-sleep", "rescue", "emergency"}
-)  # fmt: skip
+    """
+    reboot poweroff halt kexec soft-reboot suspend hibernate hybrid-sleep rescue emergency
+    """.split()
+)
 _FIREWALL_UNITS = frozenset({"firewalld", "ufw", "nftables", "iptables", "ip6tables"})
 _ACCOUNT_PROGRAMS = frozenset(
-    {"passwd", "chpasswd", "useradd", "userdel", "usermod", "adduser", "deluser", "groupadd",
-     "groupdel", "groupmod", "gpasswd", "visudo", "chsh", "chfn", "vipw"}
-)  # fmt: skip
+    """
+    passwd chpasswd useradd userdel usermod adduser deluser groupadd groupdel groupmod gpasswd
+    visudo chsh chfn vipw
+    """.split()
+)
 _PUBLISHERS = {
     "npm": "publish",
     "pnpm": "publish",
@@ -169,8 +188,9 @@ def find_command_danger(
             script = parse_command(command)
         except CommandParseError as exc:
             pattern = PATTERN_BY_ID["unparsable-command"]
-            return DangerMatch(pattern=pattern.id, reason=f"{pattern.title} ({exc}): "
-                               f"{pattern.consequence}")  # fmt: skip
+            return DangerMatch(
+                pattern=pattern.id, reason=f"{pattern.title} ({exc}): {pattern.consequence}"
+            )
         contexts = list(command_contexts(script, via=None, parent=None))
     if path_exists is not None:
         if any(context.program in _DIRECTORY_CHANGERS for context in contexts):
@@ -214,10 +234,8 @@ def _check_filesystem_format(context: CommandContext) -> DangerMatch | None:
     formats = (
         program in _FORMAT_PROGRAMS
         or program.startswith(("mkfs.", "newfs_"))
-        or (program == "diskutil" and subcommand(args).lower().startswith(
-            ("erase", "partitiondisk", "zerodisk", "randomdisk", "secureerase", "reformat")
-        ))
-    )  # fmt: skip
+        or (program == "diskutil" and subcommand(args).lower().startswith(_DISKUTIL_ERASERS))
+    )
     if not formats:
         return None
     if program in ("fdisk", "sfdisk", "gdisk", "parted") and (
@@ -501,11 +519,12 @@ def _check_environment_dump(context: CommandContext) -> DangerMatch | None:
         program == "printenv"
         # `env` is left as the program only when it has no command to run.
         or program == "env"
-        or (program in ("export", "declare", "typeset") and all(
-            arg.startswith("-") and set(arg[1:]) <= set("px") for arg in args
-        ))
+        or (
+            program in ("export", "declare", "typeset")
+            and all(arg.startswith("-") and set(arg[1:]) <= set("px") for arg in args)
+        )
         or (program == "set" and not args)
-    )  # fmt: skip
+    )
     return PATTERN_BY_ID["environment-dump"].match(context.shown) if dumps else None
 
 

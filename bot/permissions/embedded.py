@@ -32,24 +32,29 @@ COMPUTED_MARK = "$(computed by {program})"
 """The program name a placeholder for computed code gets: a name only known at run time."""
 
 EVALUATING_BUILTINS = frozenset(
-    {"let", "declare", "typeset", "local", "readonly", "export", "printf", "read", "test",
-     "[", "[[", "unset", "mapfile", "readarray", "wait", "shift", "return", "exit"}
-)  # fmt: skip
+    """
+    let declare typeset local readonly export printf read test [ [[ unset mapfile readarray wait
+    shift return exit
+    """.split()
+)
 """Builtins whose arguments bash evaluates as arithmetic or array subscripts."""
 
 # Variables whose value some program runs as a command line.
 _COMMAND_VARIABLES = frozenset(
-    {"LESSOPEN", "LESSCLOSE", "PAGER", "MANPAGER", "GIT_PAGER", "EDITOR", "VISUAL",
-     "GIT_EDITOR", "GIT_SEQUENCE_EDITOR", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_EXTERNAL_DIFF",
-     "GIT_ASKPASS", "SSH_ASKPASS", "GIT_PROXY_COMMAND", "BASH_ENV", "ENV", "PROMPT_COMMAND",
-     "RSYNC_RSH", "CVS_RSH", "BROWSER", "TAR_OPTIONS"}
-)  # fmt: skip
+    """
+    LESSOPEN LESSCLOSE PAGER MANPAGER GIT_PAGER EDITOR VISUAL GIT_EDITOR GIT_SEQUENCE_EDITOR GIT_SSH
+    GIT_SSH_COMMAND GIT_EXTERNAL_DIFF GIT_ASKPASS SSH_ASKPASS GIT_PROXY_COMMAND BASH_ENV ENV
+    PROMPT_COMMAND RSYNC_RSH CVS_RSH BROWSER TAR_OPTIONS
+    """.split()
+)
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
 # Variables that give a program options or settings a rule cannot see.
 _CONFIGURING_VARIABLES = frozenset(
-    {"TAR_OPTIONS", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM",
-     "GIT_CONFIG", "GIT_CONFIG_COUNT", "RIPGREP_CONFIG_PATH"}
-)  # fmt: skip
+    """
+    TAR_OPTIONS GIT_CONFIG_PARAMETERS GIT_CONFIG_GLOBAL GIT_CONFIG_SYSTEM GIT_CONFIG
+    GIT_CONFIG_COUNT RIPGREP_CONFIG_PATH
+    """.split()
+)
 _MAPFILE = table(flags="t", values="dnOsuCc", names={"C": "callback"})
 
 _TAR_RUNS = table(
@@ -108,8 +113,9 @@ def embedded_code(program: str, args: Sequence[str], words: Sequence[str]) -> Em
         found.scripts += [m.group(2) for arg in args if (m := _ASSIGNMENT.fullmatch(arg))]
     if program in ("mapfile", "readarray"):
         found.scripts += parse_args(args, _MAPFILE).values("callback")
-    if program in ("hash", "enable") and any(a.startswith("-") and set(a[1:]) & set("pf")
-                                              for a in args):  # fmt: skip
+    if program in ("hash", "enable") and any(
+        a.startswith("-") and set(a[1:]) & set("pf") for a in args
+    ):
         found.computed = True  # `hash -p PATH NAME`: NAME now runs another program
     runner = _OPTION_RUNNERS.get(program)
     if runner is not None:

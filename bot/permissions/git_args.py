@@ -29,46 +29,51 @@ __all__ = [
 
 # Global options that take the next word as their value (unless written `--x=value`).
 _GLOBAL_WITH_VALUE = frozenset(
-    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix",
-     "--list-cmds", "--attr-source"}
-)  # fmt: skip
+    """
+    -C -c --git-dir --work-tree --namespace --config-env --super-prefix --list-cmds --attr-source
+    """.split()
+)
 # Global options an allow rule may still approve: none of them runs a program or
 # points git at another repository. `-p`/`--paginate` starts the pager only when the
 # output is a terminal (never for a tool call), and the pager comes from configuration
 # the sandbox keeps read-only.
 _SAFE_GLOBALS = frozenset(
-    {"--no-pager", "-P", "-p", "--paginate", "--no-optional-locks", "--no-advice",
-     "--literal-pathspecs", "--glob-pathspecs", "--noglob-pathspecs", "--icase-pathspecs",
-     "--no-replace-objects", "--no-lazy-fetch", "--version", "-v", "--help", "-h"}
-)  # fmt: skip
+    """
+    --no-pager -P -p --paginate --no-optional-locks --no-advice --literal-pathspecs --glob-pathspecs
+    --noglob-pathspecs --icase-pathspecs --no-replace-objects --no-lazy-fetch --version -v --help -h
+    """.split()
+)
 
 # Built-ins an allow rule may approve, subject to the option checks below. Anything
 # else (an alias, `credential`, `hook`, `daemon`, `maintenance`, `send-email`, ...) asks.
 _KNOWN = frozenset(
-    {"add", "am", "annotate", "apply", "archive", "bisect", "blame", "branch", "bundle",
-     "cat-file", "check-attr", "check-ignore", "check-mailmap", "check-ref-format", "checkout",
-     "cherry", "cherry-pick", "clean", "clone", "column", "commit", "config", "count-objects",
-     "describe", "diff", "diff-files", "diff-index", "diff-tree", "fetch", "for-each-ref",
-     "format-patch", "fsck", "gc", "grep", "hash-object", "init", "interpret-trailers", "log",
-     "ls-files", "ls-remote", "ls-tree", "merge", "merge-base", "merge-file", "mktree", "mv",
-     "name-rev", "notes", "pack-refs", "patch-id", "prune", "pull", "push", "range-diff",
-     "rebase", "reflog", "remote", "repack", "reset", "restore", "rev-list", "rev-parse",
-     "revert", "rm", "shortlog", "show", "show-branch", "show-ref", "sparse-checkout", "stash",
-     "status", "stripspace", "submodule", "switch", "symbolic-ref", "tag", "update-index",
-     "update-ref", "verify-commit", "verify-tag", "version", "whatchanged", "worktree",
-     "write-tree"}
-)  # fmt: skip
+    """
+    add am annotate apply archive bisect blame branch bundle cat-file check-attr check-ignore
+    check-mailmap check-ref-format checkout cherry cherry-pick clean clone column commit config
+    count-objects describe diff diff-files diff-index diff-tree fetch for-each-ref format-patch fsck
+    gc grep hash-object init interpret-trailers log ls-files ls-remote ls-tree merge merge-base
+    merge-file mktree mv name-rev notes pack-refs patch-id prune pull push range-diff rebase reflog
+    remote repack reset restore rev-list rev-parse revert rm shortlog show show-branch show-ref
+    sparse-checkout stash status stripspace submodule switch symbolic-ref tag update-index
+    update-ref verify-commit verify-tag version whatchanged worktree write-tree
+    """.split()
+)
 _RUN_TOOLS = frozenset({"difftool", "mergetool", "filter-branch", "daemon", "instaweb"})
 GIT_SUBCOMMANDS = _KNOWN | _RUN_TOOLS | {"help", "send-pack", "http-push", "subtree"}
 """git's own subcommands (a name outside them and git's exec path is an alias)."""
 _OUTPUT_COMMANDS = frozenset(
-    {"log", "show", "diff", "diff-files", "diff-index", "diff-tree", "whatchanged",
-     "range-diff", "format-patch", "archive", "shortlog", "stash", "cherry", "rev-list"}
-)  # fmt: skip
+    """
+    log show diff diff-files diff-index diff-tree whatchanged range-diff format-patch archive
+    shortlog stash cherry rev-list
+    """.split()
+)
 _REMOTE_PROGRAM_OPTIONS = ("--upload-pack", "--receive-pack", "--exec")
 _CONFIG_READS = ("--get", "--get-all", "--get-regexp", "--get-urlmatch", "--list")
-_CONFIG_WRITES = ("--add", "--unset", "--unset-all", "--replace-all", "--rename-section",
-                  "--remove-section", "--edit", "--file", "--blob")  # fmt: skip
+_CONFIG_WRITES = tuple(
+    """
+    --add --unset --unset-all --replace-all --rename-section --remove-section --edit --file --blob
+    """.split()
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,9 +278,10 @@ def _outside(path: str) -> bool:
 # merge-file and worktree ask in every configuration, see git_writes, but for their
 # read-only forms.)
 _WORK_TREE_WRITERS = frozenset(
-    {"merge", "mv", "cherry-pick", "revert", "rebase", "pull", "read-tree",
-     "checkout-index", "clone", "init"}
-)  # fmt: skip
+    """
+    merge mv cherry-pick revert rebase pull read-tree checkout-index clone init
+    """.split()
+)
 # Subcommands whose first operand names a read-only form; anything else writes.
 _READ_FORMS: dict[str, tuple[str, ...]] = {
     "stash": ("list", "show"),

@@ -32,8 +32,14 @@ class GitDanger:
     title: str
 
 
-def _spec(flags: str = "", values: str = "", longs: str = "", long_values: str = "",
-          optional: str = "", short_optional: str = "") -> OptionSpec:  # fmt: skip
+def _spec(
+    flags: str = "",
+    values: str = "",
+    longs: str = "",
+    long_values: str = "",
+    optional: str = "",
+    short_optional: str = "",
+) -> OptionSpec:
     """An option table from ``"n=dry-run f=force x"``-style lists (short=long or just short)."""
 
     def pairs(text: str) -> dict[str, str]:
@@ -55,44 +61,60 @@ def _spec(flags: str = "", values: str = "", longs: str = "", long_values: str =
 
 # The tables list every option of git 2.4x for these subcommands, so that an
 # abbreviation resolves as git resolves it; an option they miss counts as unknown.
-_CLEAN = _spec("d f=force i=interactive n=dry-run q=quiet x X", "e=exclude",
-               "force interactive dry-run quiet", "exclude")  # fmt: skip
-_RM = _spec("f=force n=dry-run r q=quiet", "",
-            "force dry-run cached ignore-unmatch quiet sparse pathspec-file-nul",
-            "pathspec-from-file")  # fmt: skip
+_CLEAN = _spec(
+    "d f=force i=interactive n=dry-run q=quiet x X",
+    "e=exclude",
+    "force interactive dry-run quiet",
+    "exclude",
+)
+_RM = _spec(
+    "f=force n=dry-run r q=quiet",
+    "",
+    "force dry-run cached ignore-unmatch quiet sparse pathspec-file-nul",
+    "pathspec-from-file",
+)
 _MV = _spec("f=force k n=dry-run v=verbose", "", "force dry-run verbose sparse")
 _CHECKOUT = _spec(
-    "q=quiet f=force m=merge l t=track p=patch 2=ours 3=theirs", "b B",
+    "q=quiet f=force m=merge l t=track p=patch 2=ours 3=theirs",
+    "b B",
     "quiet progress force merge detach guess overlay ours theirs patch "
     "ignore-skip-worktree-bits ignore-other-worktrees overwrite-ignore pathspec-file-nul",
-    "orphan conflict pathspec-from-file", "track recurse-submodules",
-)  # fmt: skip
+    "orphan conflict pathspec-from-file",
+    "track recurse-submodules",
+)
 _SWITCH = _spec(
-    "d=detach f=force m=merge q=quiet t=track", "c=create C=force-create",
+    "d=detach f=force m=merge q=quiet t=track",
+    "c=create C=force-create",
     "detach guess force discard-changes merge quiet progress ignore-other-worktrees "
-    "overwrite-ignore", "create force-create orphan conflict", "track recurse-submodules",
-)  # fmt: skip
+    "overwrite-ignore",
+    "create force-create orphan conflict",
+    "track recurse-submodules",
+)
 _RESTORE = _spec(
-    "p=patch W=worktree S=staged q=quiet 2=ours 3=theirs m=merge", "s=source U",
+    "p=patch W=worktree S=staged q=quiet 2=ours 3=theirs m=merge",
+    "s=source U",
     "patch worktree staged quiet progress ours theirs merge ignore-unmerged "
     "ignore-skip-worktree-bits overlay pathspec-file-nul",
-    "source conflict pathspec-from-file unified inter-hunk-context", "recurse-submodules",
-)  # fmt: skip
+    "source conflict pathspec-from-file unified inter-hunk-context",
+    "recurse-submodules",
+)
 _BRANCH = _spec(
     "d=delete D f=force m=move M c=copy C i=ignore-case r=remotes a=all l=list v=verbose "
-    "q=quiet t=track", "u=set-upstream-to",
+    "q=quiet t=track",
+    "u=set-upstream-to",
     "delete create-reflog force move copy ignore-case omit-empty remotes all list "
     "show-current verbose quiet unset-upstream edit-description",
     "set-upstream-to sort points-at format",
     "color column abbrev track recurse-submodules contains no-contains merged no-merged",
-)  # fmt: skip
+)
 _TAG = _spec(
     "a=annotate s=sign f=force d=delete v=verify l=list i=ignore-case e=edit",
     "u=local-user m=message F=file",
     "annotate sign force delete verify list ignore-case omit-empty edit create-reflog",
     "local-user message file trailer cleanup sort points-at format",
-    "color column contains no-contains merged no-merged", short_optional="n",
-)  # fmt: skip
+    "color column contains no-contains merged no-merged",
+    short_optional="n",
+)
 _SYMBOLIC_REF = _spec("q=quiet d=delete", "m", "quiet delete short recurse")
 
 

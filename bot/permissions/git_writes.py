@@ -20,26 +20,30 @@ from bot.permissions.git_options import OptionSpec, parse_options
 __all__ = ["git_write_problem"]
 
 _APPLY = OptionSpec(
-    flags={"R": "reverse", "N": "intent-to-add", "3": "3way", "z": "z", "v": "verbose",
-           "q": "quiet"},
+    flags={
+        "R": "reverse",
+        "N": "intent-to-add",
+        "3": "3way",
+        "z": "z",
+        "v": "verbose",
+        "q": "quiet",
+    },
     short_values={"p": "p", "C": "C"},
     longs=frozenset(
-        {"stat", "numstat", "summary", "check", "index", "cached", "intent-to-add", "3way",
-         "apply", "no-add", "reverse", "reject", "allow-binary-replacement", "binary",
-         "ignore-space-change", "ignore-whitespace", "inaccurate-eof", "verbose", "quiet",
-         "recount", "unsafe-paths", "allow-empty", "unidiff-zero", "allow-overlap"}
+        """
+        stat numstat summary check index cached intent-to-add 3way apply no-add reverse reject
+        allow-binary-replacement binary ignore-space-change ignore-whitespace inaccurate-eof verbose
+        quiet recount unsafe-paths allow-empty unidiff-zero allow-overlap
+        """.split()
     ),
-    long_values=frozenset(
-        {"build-fake-ancestor", "exclude", "include", "whitespace", "directory"}
-    ),
-)  # fmt: skip
+    long_values=frozenset({"build-fake-ancestor", "exclude", "include", "whitespace", "directory"}),
+)
 _MERGE_FILE = OptionSpec(
     flags={"p": "stdout", "q": "quiet"},
     short_values={"L": "L"},
-    longs=frozenset({"stdout", "quiet", "diff3", "zdiff3", "ours", "theirs", "union",
-                     "object-id"}),
+    longs=frozenset({"stdout", "quiet", "diff3", "zdiff3", "ours", "theirs", "union", "object-id"}),
     long_values=frozenset({"marker-size", "diff-algorithm"}),
-)  # fmt: skip
+)
 _INIT = OptionSpec(
     flags={"q": "quiet"},
     short_values={"b": "initial-branch"},
@@ -53,20 +57,24 @@ _CLONE = OptionSpec(
     flags={"l": "local", "s": "shared", "q": "quiet", "v": "verbose", "n": "no-checkout"},
     short_values={"o": "origin", "b": "branch", "u": "upload-pack", "c": "config", "j": "jobs"},
     longs=frozenset(
-        {"local", "no-hardlinks", "shared", "dissociate", "quiet", "verbose", "progress",
-         "no-checkout", "reject-shallow", "bare", "sparse", "also-filter-submodules", "mirror",
-         "single-branch", "no-tags", "shallow-submodules", "remote-submodules"}
+        """
+        local no-hardlinks shared dissociate quiet verbose progress no-checkout reject-shallow bare
+        sparse also-filter-submodules mirror single-branch no-tags shallow-submodules
+        remote-submodules
+        """.split()
     ),
     long_values=frozenset(
-        {"reference", "reference-if-able", "server-option", "filter", "origin", "branch",
-         "revision", "upload-pack", "template", "config", "depth", "shallow-since",
-         "shallow-exclude", "separate-git-dir", "ref-format", "jobs", "bundle-uri"}
+        """
+        reference reference-if-able server-option filter origin branch revision upload-pack template
+        config depth shallow-since shallow-exclude separate-git-dir ref-format jobs bundle-uri
+        """.split()
     ),
     long_optional=frozenset({"recurse-submodules"}),
-)  # fmt: skip
+)
 _APPLY_READS = ("stat", "numstat", "summary", "check")
-_UPDATE_INDEX_READS = frozenset({"--refresh", "--really-refresh", "-q", "--ignore-missing",
-                                 "--unmerged"})  # fmt: skip
+_UPDATE_INDEX_READS = frozenset(
+    {"--refresh", "--really-refresh", "-q", "--ignore-missing", "--unmerged"}
+)
 
 
 def git_write_problem(sub: str, args: Sequence[str]) -> str | None:

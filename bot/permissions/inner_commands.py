@@ -37,16 +37,18 @@ def shell_script_argument(args: Sequence[str]) -> str | None:
     return None
 
 
+# xargs' long options that take a value.
+_XARGS_VALUES = frozenset(
+    """
+    --arg-file --delimiter --eof --replace --max-lines --max-args --max-procs --max-chars
+    --process-slot-var
+    """.split()
+)
+
+
 def xargs_command(args: Sequence[str]) -> tuple[str, ...]:
     """The command ``xargs ARGS`` runs: ``echo`` when none is given."""
-    start = skip_options(
-        args,
-        short="aEdILnPs",
-        long=frozenset(
-            {"--arg-file", "--delimiter", "--eof", "--replace", "--max-lines", "--max-args",
-             "--max-procs", "--max-chars", "--process-slot-var"}
-        ),
-    )  # fmt: skip
+    start = skip_options(args, short="aEdILnPs", long=_XARGS_VALUES)
     return tuple(args[start:]) or ("echo",)
 
 

@@ -26,9 +26,11 @@ MAX_GLOB_CHARS = 256
 """Longer words with glob characters are not matched against Baton's files: they ask."""
 
 READ_ONLY_PROGRAMS = frozenset(
-    {"cat", "ls", "head", "tail", "less", "more", "grep", "rg", "wc", "stat", "file", "diff",
-     "tree", "du", "md5sum", "sha256sum", "shasum", "echo", "printf", "test", "["}
-)  # fmt: skip
+    """
+    cat ls head tail less more grep rg wc stat file diff tree du md5sum sha256sum shasum echo printf
+    test [
+    """.split()
+)
 """Programs that only read: naming a protected (not private) path in them is harmless."""
 
 

@@ -73,17 +73,19 @@ _SECRET_FILES_IN = {
     (".gem", "credentials"): "RubyGems API key",
 }
 _HISTORY_FILES = frozenset(
-    {".bash_history", ".zsh_history", ".sh_history", ".history", ".python_history",
-     ".psql_history", ".mysql_history", ".node_repl_history", ".sqlite_history",
-     ".rediscli_history"}
-)  # fmt: skip
+    """
+    .bash_history .zsh_history .sh_history .history .python_history .psql_history .mysql_history
+    .node_repl_history .sqlite_history .rediscli_history
+    """.split()
+)
 _PRIVATE_KEY_NAMES = frozenset(
     {"id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk"}
 )
-_PRIVATE_KEY_SUFFIXES = (
-    ".key", ".p12", ".pfx", ".pkcs12", ".jks", ".jceks", ".bks", ".keystore", ".ppk",
-    ".p8", ".pk8", ".pvk",
-)  # fmt: skip
+_PRIVATE_KEY_SUFFIXES = tuple(
+    """
+    .key .p12 .pfx .pkcs12 .jks .jceks .bks .keystore .ppk .p8 .pk8 .pvk
+    """.split()
+)
 _OTHER_SECRET_SUFFIXES = {
     ".kdbx": "Password database",
     ".keytab": "Kerberos keytab",
@@ -112,14 +114,38 @@ _GLOB_CHARS = frozenset("*?[")
 # sandbox hides those files from commands anyway.
 _COMMON_EXTENSIONS = (".json", ".yaml", ".yml", ".toml")
 _SECRET_NAMES = frozenset(
-    {*_SECRET_DIRS, *_HISTORY_FILES, *_PRIVATE_KEY_NAMES, ".env", ".envrc",
-     *(name for name in _SECRET_FILES if not name.endswith(_COMMON_EXTENSIONS)),
-     "environ", "shadow", "gshadow", "sudoers", "sudoers.d", "master.passwd", "gcloud",
-     "config.json", "hosts.yml", "proc", "etc", ".config", ".docker", "gh", ".cargo", ".gem",
-     "credentials", "terraform.tfvars", "terraform.tfstate", "x.tfvars", "x.tfstate",
-     "x.tfstate.backup",
-     *(f"x{suffix}" for suffix in (*_PRIVATE_KEY_SUFFIXES, *_OTHER_SECRET_SUFFIXES))}
-)  # fmt: skip
+    {
+        *_SECRET_DIRS,
+        *_HISTORY_FILES,
+        *_PRIVATE_KEY_NAMES,
+        ".env",
+        ".envrc",
+        *(name for name in _SECRET_FILES if not name.endswith(_COMMON_EXTENSIONS)),
+        "environ",
+        "shadow",
+        "gshadow",
+        "sudoers",
+        "sudoers.d",
+        "master.passwd",
+        "gcloud",
+        "config.json",
+        "hosts.yml",
+        "proc",
+        "etc",
+        ".config",
+        ".docker",
+        "gh",
+        ".cargo",
+        ".gem",
+        "credentials",
+        "terraform.tfvars",
+        "terraform.tfstate",
+        "x.tfvars",
+        "x.tfstate",
+        "x.tfstate.backup",
+        *(f"x{suffix}" for suffix in (*_PRIVATE_KEY_SUFFIXES, *_OTHER_SECRET_SUFFIXES)),
+    }
+)
 """Names a glob in a shell word is tried against (see :func:`glob_spellings`)."""
 
 

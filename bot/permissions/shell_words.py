@@ -143,10 +143,26 @@ _MIN_BUDGET = 20_000
 
 _STATEMENT_CONTAINERS = frozenset({"do_group", "else_clause", "elif_clause", "case_item"})
 _COMPOUND_STATEMENTS = frozenset(
-    {"subshell", "compound_statement", "if_statement", "while_statement", "for_statement",
-     "c_style_for_statement", "case_statement", "function_definition"}
-)  # fmt: skip
+    """
+    subshell compound_statement if_statement while_statement for_statement c_style_for_statement
+    case_statement function_definition
+    """.split()
+)
 _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
+# Statements read as a flat list of words (their leaves, in order).
+_FLAT_STATEMENTS = frozenset(
+    """
+    test_command declaration_command unset_command variable_assignment variable_assignments
+    """.split()
+)
+# What such a statement's words are made of: each one a word of its own.
+_FLAT_WORDS = frozenset(
+    """
+    variable_assignment test_operator word string raw_string concatenation number
+    simple_expansion expansion command_substitution process_substitution arithmetic_expansion
+    ansi_c_string
+    """.split()
+)
 
 
 @dataclass(slots=True)
@@ -257,8 +273,7 @@ class _Builder:
             return self._finish(command)
         if kind in _COMPOUND_STATEMENTS:
             return [(self._group(node, depth + 1),)]
-        if kind in ("test_command", "declaration_command", "unset_command",
-                    "variable_assignment", "variable_assignments"):  # fmt: skip
+        if kind in _FLAT_STATEMENTS:
             command = _Command()
             self._flat_words(node, command, depth + 1)
             return self._finish(command)
@@ -357,11 +372,7 @@ class _Builder:
         if node.type in _REDIRECTS:
             self._redirect(node, command, depth + 1)
             return
-        if node.type in ("variable_assignment", "test_operator") or not node.children or (
-            node.type in ("word", "string", "raw_string", "concatenation", "number",
-                          "simple_expansion", "expansion", "command_substitution",
-                          "process_substitution", "arithmetic_expansion", "ansi_c_string")
-        ):  # fmt: skip
+        if node.type in _FLAT_WORDS or not node.children:
             self._word(node, command, depth + 1)
             return
         for child in node.children:
@@ -472,11 +483,11 @@ def _flatten_list(node: tree_sitter.Node) -> list[tree_sitter.Node]:
     return found
 
 
-_STATEMENT_LIKE = frozenset(
-    {"command", "list", "pipeline", "redirected_statement", "negated_command", "test_command",
-     "declaration_command", "unset_command", "variable_assignment", "variable_assignments",
-     *_COMPOUND_STATEMENTS}
-)  # fmt: skip
+_STATEMENT_LIKE = (
+    frozenset("command list pipeline redirected_statement negated_command".split())
+    | _FLAT_STATEMENTS
+    | _COMPOUND_STATEMENTS
+)
 
 
 def _parse(text: str, budget: _Budget, level: int) -> Script:

@@ -106,8 +106,9 @@ def _command_builtin(args: tuple[str, ...]) -> tuple[str, ...] | None:
 
 def _flock_command(args: tuple[str, ...]) -> tuple[str, ...] | None:
     # `flock [options] FILE COMMAND...`; `flock FILE -c STRING` is wrapper_script's.
-    start = skip_options(args, short="wEc", long=frozenset({"--timeout", "--conflict-exit-code",
-                                                           "--command"}))  # fmt: skip
+    start = skip_options(
+        args, short="wEc", long=frozenset({"--timeout", "--conflict-exit-code", "--command"})
+    )
     if any(word in ("-c", "--command") or word.startswith("--command=") for word in args):
         return None
     rest = args[start + 1 :]
@@ -136,47 +137,66 @@ def _coproc_compound(args: tuple[str, ...]) -> str | None:
 
 _TIME_OPTIONS = frozenset({"--format", "--output"})
 _SUDO_VALUES = frozenset(
-    {"--user", "--group", "--prompt", "--close-from", "--chdir", "--role", "--type",
-     "--command-timeout", "--other-user", "--host", "--chroot"}
-)  # fmt: skip
+    """
+    --user --group --prompt --close-from --chdir --role --type --command-timeout --other-user --host
+    --chroot
+    """.split()
+)
 _STRACE_VALUES = frozenset(
-    {"--trace", "--signal", "--status", "--quiet", "--silent", "--abbrev", "--verbose", "--raw",
-     "--read", "--write", "--fault", "--inject", "--kvm", "--output", "--attach", "--trace-path",
-     "--string-limit", "--summary-sort-by", "--user", "--env", "--columns", "--const-print-style",
-     "--decode-fds", "--decode-pids", "--absolute-timestamps", "--timestamps", "--seccomp-bpf",
-     "--argv0", "--interruptible", "--follow-forks"}
-)  # fmt: skip
+    """
+    --trace --signal --status --quiet --silent --abbrev --verbose --raw --read --write --fault
+    --inject --kvm --output --attach --trace-path --string-limit --summary-sort-by --user --env
+    --columns --const-print-style --decode-fds --decode-pids --absolute-timestamps --timestamps
+    --seccomp-bpf --argv0 --interruptible --follow-forks
+    """.split()
+)
 _SETPRIV_VALUES = frozenset(
-    {"--groups", "--inh-caps", "--ambient-caps", "--bounding-set", "--securebits", "--egid",
-     "--euid", "--regid", "--reuid", "--rgid", "--ruid", "--pdeathsig", "--selinux-label",
-     "--apparmor-profile", "--landlock-access", "--landlock-rule"}
-)  # fmt: skip
+    """
+    --groups --inh-caps --ambient-caps --bounding-set --securebits --egid --euid --regid --reuid
+    --rgid --ruid --pdeathsig --selinux-label --apparmor-profile --landlock-access --landlock-rule
+    """.split()
+)
 _UNSHARE_VALUES = frozenset(
-    {"--map-user", "--map-group", "--map-users", "--map-groups", "--propagation", "--setgroups",
-     "--root", "--wd", "--setuid", "--setgid"}
-)  # fmt: skip
+    """
+    --map-user --map-group --map-users --map-groups --propagation --setgroups --root --wd --setuid
+    --setgid
+    """.split()
+)
 _NUMACTL_VALUES = frozenset(
-    {"--interleave", "--preferred", "--preferred-many", "--membind", "--cpunodebind",
-     "--physcpubind", "--shmmode", "--shmid", "--shm", "--file", "--offset", "--length",
-     "--huge", "--weighted-interleave"}
-)  # fmt: skip
+    """
+    --interleave --preferred --preferred-many --membind --cpunodebind --physcpubind --shmmode
+    --shmid --shm --file --offset --length --huge --weighted-interleave
+    """.split()
+)
 _CHRT_VALUES = frozenset({"--sched-runtime", "--sched-period", "--sched-deadline"})
 _PRLIMIT_VALUES = frozenset({"--pid", "--output"})
+_XVFB_VALUES = frozenset(
+    """
+    --server-num --server-args --auth-file --error-file --xauth-protocol --wait
+    """.split()
+)
 
 WRAPPERS: dict[str, WrapperHandler] = {
     "sudo": _after_options("ugpCDhrtTUR", _SUDO_VALUES, no_command="lv"),
     "doas": _after_options("uC"),
     "pkexec": _after_options("", frozenset({"--user"})),
     "run0": _after_options("uDg", frozenset({"--user", "--group", "--chdir"})),
-    "runuser": _after_options("ugG", frozenset({"--user", "--group", "--supp-group",
-                                               "--shell", "--whitelist-environment"}),
-                              no_command="c", no_command_long=frozenset({"--command"})),
+    "runuser": _after_options(
+        "ugG",
+        frozenset({"--user", "--group", "--supp-group", "--shell", "--whitelist-environment"}),
+        no_command="c",
+        no_command_long=frozenset({"--command"}),
+    ),
     "env": _env_command,
     "nohup": _after_options(),
     "time": _after_options("fo", _TIME_OPTIONS),
     "nice": _after_options("n", frozenset({"--adjustment"})),
-    "ionice": _after_options("cnpPu", frozenset({"--class", "--classdata"}), no_command="pPu",
-                             no_command_long=frozenset({"--pid", "--pgid", "--uid"})),
+    "ionice": _after_options(
+        "cnpPu",
+        frozenset({"--class", "--classdata"}),
+        no_command="pPu",
+        no_command_long=frozenset({"--pid", "--pgid", "--uid"}),
+    ),
     "timeout": _after_options("sk", frozenset({"--signal", "--kill-after"}), operands=1),
     "command": _command_builtin,
     "exec": _after_options("a"),
@@ -186,33 +206,43 @@ WRAPPERS: dict[str, WrapperHandler] = {
     "unbuffer": _after_options(),
     "chronic": _after_options(),
     "busybox": _after_options(),
-    "taskset": _after_options(operands=1, no_command="p",
-                              no_command_long=frozenset({"--pid"})),
-    "chrt": _after_options("TPD", _CHRT_VALUES, operands=1, no_command="pm",
-                           no_command_long=frozenset({"--pid", "--max"})),
-    "numactl": _after_options("ipmNCMISfoLu", _NUMACTL_VALUES, no_command="sH",
-                              no_command_long=frozenset({"--show", "--hardware"})),
+    "taskset": _after_options(operands=1, no_command="p", no_command_long=frozenset({"--pid"})),
+    "chrt": _after_options(
+        "TPD",
+        _CHRT_VALUES,
+        operands=1,
+        no_command="pm",
+        no_command_long=frozenset({"--pid", "--max"}),
+    ),
+    "numactl": _after_options(
+        "ipmNCMISfoLu",
+        _NUMACTL_VALUES,
+        no_command="sH",
+        no_command_long=frozenset({"--show", "--hardware"}),
+    ),
     "flock": _flock_command,
-    "setpriv": _after_options("", _SETPRIV_VALUES, no_command="d",
-                              no_command_long=frozenset({"--dump"})),
-    "prlimit": _after_options("po", _PRLIMIT_VALUES, no_command="p",
-                              no_command_long=frozenset({"--pid"})),
+    "setpriv": _after_options(
+        "", _SETPRIV_VALUES, no_command="d", no_command_long=frozenset({"--dump"})
+    ),
+    "prlimit": _after_options(
+        "po", _PRLIMIT_VALUES, no_command="p", no_command_long=frozenset({"--pid"})
+    ),
     "unshare": _after_options("RwSG", _UNSHARE_VALUES),
     "nsenter": _after_options("tSGW", frozenset({"--target", "--setuid", "--setgid", "--wdns"})),
     "chroot": _after_options("", frozenset({"--groups", "--userspec"}), operands=1),
-    "strace": _after_options("eopPsSuEaIXObA", _STRACE_VALUES, no_command="p",
-                             no_command_long=frozenset({"--attach"})),
-    "ltrace": _after_options("aAeFlLnopsuwxXD", frozenset({"--output", "--library"}),
-                             no_command="p"),
+    "strace": _after_options(
+        "eopPsSuEaIXObA", _STRACE_VALUES, no_command="p", no_command_long=frozenset({"--attach"})
+    ),
+    "ltrace": _after_options(
+        "aAeFlLnopsuwxXD", frozenset({"--output", "--library"}), no_command="p"
+    ),
     "fakeroot": _after_options("lisb", frozenset({"--lib", "--faked", "--fd-base"})),
     "ssh-agent": _after_options("aEOPt", no_command="kD"),
     "dbus-run-session": _after_options("", frozenset({"--config-file", "--dbus-daemon"})),
     "watch": _after_options("nq", frozenset({"--interval", "--equexit"})),
     "coproc": _coproc_command,
-    "xvfb-run": _after_options("nsfepw", frozenset({"--server-num", "--server-args",
-                                                    "--auth-file", "--error-file",
-                                                    "--xauth-protocol", "--wait"})),
-}  # fmt: skip
+    "xvfb-run": _after_options("nsfepw", _XVFB_VALUES),
+}
 """Each program that runs a command from its words, and how to find that command."""
 
 HARMLESS_WRAPPERS = frozenset({"nice", "ionice", "taskset", "timeout", "stdbuf", "nohup", "setsid"})
@@ -272,10 +302,12 @@ def wrapper_script(program: str, args: tuple[str, ...]) -> str | None:
 GIT_ENVIRONMENT_CODE = '"$(code git takes from a variable, URL or setting)"'
 # Configuration keys whose value git runs as a shell command (`-c KEY=VALUE`).
 _GIT_COMMAND_KEYS = frozenset(
-    {"core.pager", "core.sshcommand", "core.fsmonitor", "core.editor", "core.askpass",
-     "sequence.editor", "diff.external", "gpg.program", "gpg.ssh.program", "pager.log",
-     "pager.diff", "pager.show", "pager.branch", "pager.status", "interactive.difffilter"}
-)  # fmt: skip
+    """
+    core.pager core.sshcommand core.fsmonitor core.editor core.askpass sequence.editor diff.external
+    gpg.program gpg.ssh.program pager.log pager.diff pager.show pager.branch pager.status
+    interactive.difffilter
+    """.split()
+)
 # Keys by pattern: drivers and filters a `.gitattributes` names, transports, signing.
 _GIT_COMMAND_KEY_PATTERN = re.compile(
     r"(diff|merge|filter)\..+\.(textconv|command|driver|clean|smudge|process)"
@@ -293,9 +325,16 @@ _GIT_COMMAND_OPTIONS = {
     "clone": ("--upload-pack", "-u"),
     "push": ("--receive-pack", "--exec"),
     "archive": ("--exec",),
-    "filter-branch": ("--env-filter", "--tree-filter", "--index-filter", "--msg-filter",
-                      "--commit-filter", "--tag-name-filter", "--parent-filter"),
-}  # fmt: skip
+    "filter-branch": (
+        "--env-filter",
+        "--tree-filter",
+        "--index-filter",
+        "--msg-filter",
+        "--commit-filter",
+        "--tag-name-filter",
+        "--parent-filter",
+    ),
+}
 
 
 def git_scripts(args: tuple[str, ...]) -> list[str]:

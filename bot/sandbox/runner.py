@@ -469,8 +469,9 @@ def _set_aside(path: Path) -> str:
     kind = GIT_STATE_KINDS.get(path.name, "a git operation")
     _let_owner_write(path)
     try:
-        holder = Path(tempfile.mkdtemp(prefix=f"{path.name}.set-aside-by-baton-{stamp}-",
-                                       dir=path.parent))  # fmt: skip
+        holder = Path(
+            tempfile.mkdtemp(prefix=f"{path.name}.set-aside-by-baton-{stamp}-", dir=path.parent)
+        )
         owner = os.stat(path.parent)
         os.chown(holder, owner.st_uid, owner.st_gid)  # the workspace's owner may look in
         holder.chmod(0o755)

@@ -95,9 +95,13 @@ class TrackedFiles:
         command += ["ls-files", "--stage", "-z"]
         try:
             result = subprocess.run(
-                command, cwd=self.root, env=environment, capture_output=True,
-                timeout=_GIT_TIMEOUT_S, check=False,
-            )  # fmt: skip
+                command,
+                cwd=self.root,
+                env=environment,
+                capture_output=True,
+                timeout=_GIT_TIMEOUT_S,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             logger.warning("could not read git's index in %s: %s", self.root, exc)
             return {}

@@ -417,10 +417,17 @@ class TaskStore:
     ) -> TaskRecord | None:
         """End a running task; None if it had already ended (the first ending wins)."""
         ending = Ending(
-            task_id=task_id, state=state, result=result, error=error,
-            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, handoff=handoff,
-            branch=branch, branch_commit=branch_commit, change=change,
-        )  # fmt: skip
+            task_id=task_id,
+            state=state,
+            result=result,
+            error=error,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            handoff=handoff,
+            branch=branch,
+            branch_commit=branch_commit,
+            change=change,
+        )
         [record] = await self.write([], [ending])
         return record
 

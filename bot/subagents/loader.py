@@ -43,9 +43,10 @@ def parse_agent_text(text: str, source: str, default_name: str) -> AgentDefiniti
     parts = split_frontmatter(text)
     if parts is None:
         raise AgentDefinitionError(
-            source, "no YAML frontmatter: the file must start with a '---' line, then "
-            "'description: …', then a closing '---' line, then the system prompt"
-        )  # fmt: skip
+            source,
+            "no YAML frontmatter: the file must start with a '---' line, then "
+            "'description: …', then a closing '---' line, then the system prompt",
+        )
     header, body = parts
     try:
         data: Any = yaml.safe_load(header) if header.strip() else {}

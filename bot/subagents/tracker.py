@@ -333,11 +333,18 @@ class TaskTracker:
         if running_here:
             self._ended_here.add(task_id)
         ending = Ending(
-            task_id=task_id, state=state, result=result, error=error,
-            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, handoff=handoff,
-            branch=branch, branch_commit=branch_commit, change=change,
+            task_id=task_id,
+            state=state,
+            result=result,
+            error=error,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            handoff=handoff,
+            branch=branch,
+            branch_commit=branch_commit,
+            change=change,
             finished_at=utcnow(),  # now, not when the writer gets to it with others
-        )  # fmt: skip
+        )
         ended: asyncio.Future[TaskRecord | None] = asyncio.get_running_loop().create_future()
         # Retrieved even when its `finish` went away meanwhile (no "never retrieved").
         ended.add_done_callback(lambda f: f.cancelled() or f.exception())

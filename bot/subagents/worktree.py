@@ -217,9 +217,18 @@ async def create_in(repo: Path, path: Path) -> Worktree:
         # together).
         async with _repo_lock(workspace.common_dir):
             result = await workspace.run(
-                "worktree", "add", "--quiet", "--lock", "--reason",
-                f"Baton task {task_id} is running", "-b", branch, "--", str(path), base,
-            )  # fmt: skip
+                "worktree",
+                "add",
+                "--quiet",
+                "--lock",
+                "--reason",
+                f"Baton task {task_id} is running",
+                "-b",
+                branch,
+                "--",
+                str(path),
+                base,
+            )
         if result.returncode != 0:
             raise WorktreeError(f"Could not create a worktree for {task_id}: {result.error}")
     except WorktreeError:
@@ -403,12 +412,15 @@ async def _run_git(args: Sequence[str], *, cwd: Path, env: dict[str, str]) -> _R
     safe = [item for pair in _SAFE_CONFIG for item in ("-c", pair)]
     try:
         process = await asyncio.create_subprocess_exec(
-            "git", *safe, *args,
-            cwd=cwd, env=_git_environment(env),
+            "git",
+            *safe,
+            *args,
+            cwd=cwd,
+            env=_git_environment(env),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        )
     except OSError as error:
         raise WorktreeError(f"Could not run git in {cwd}: {error}") from error
     assert process.stdout is not None and process.stderr is not None
@@ -463,9 +475,12 @@ async def _open_repo(repo: Path) -> _Repo:
         )
     probe = _Git(cwd=repo)
     result = await probe.run(
-        "rev-parse", "--path-format=absolute", "--show-toplevel", "--absolute-git-dir",
+        "rev-parse",
+        "--path-format=absolute",
+        "--show-toplevel",
+        "--absolute-git-dir",
         "--git-common-dir",
-    )  # fmt: skip
+    )
     lines = result.stdout.decode("utf-8", "surrogateescape").split("\n")
     if result.returncode != 0 or len(lines) != 4 or lines[3]:
         raise WorktreeError(f"{repo} is not a git repository: isolation: worktree needs one")
@@ -477,9 +492,15 @@ async def _open_repo_at_head(repo: Path) -> tuple[_Repo, str]:
     """`_open_repo` and `_head_commit` in one git call when the repository has a commit."""
     if await asyncio.to_thread(repo.is_dir):
         result = await _Git(cwd=repo).run(
-            "rev-parse", "--path-format=absolute", "--show-toplevel", "--absolute-git-dir",
-            "--git-common-dir", "--verify", "--quiet", "HEAD^{commit}",
-        )  # fmt: skip
+            "rev-parse",
+            "--path-format=absolute",
+            "--show-toplevel",
+            "--absolute-git-dir",
+            "--git-common-dir",
+            "--verify",
+            "--quiet",
+            "HEAD^{commit}",
+        )
         lines = result.stdout.decode("utf-8", "surrogateescape").split("\n")
         if result.returncode == 0 and len(lines) == 5 and not lines[4] and _SHA.fullmatch(lines[3]):
             top, git_dir, common_dir = (Path(line) for line in lines[:3])
@@ -509,10 +530,12 @@ def _common_git(worktree: Worktree) -> _Git:
         cwd=worktree.path,
         # The workspace's own sparse-checkout must not hide the child's files from `add`.
         options=(
-            f"--git-dir={common_dir}", f"--work-tree={worktree.path}",
-            "-c", "core.sparseCheckout=false",
+            f"--git-dir={common_dir}",
+            f"--work-tree={worktree.path}",
+            "-c",
+            "core.sparseCheckout=false",
         ),
-    )  # fmt: skip
+    )
 
 
 # --- create ----------------------------------------------------------------------------
@@ -590,18 +613,28 @@ async def _commit_work_tree(
     if worktree.base_tree is not None and worktree.index_stamp is not None:
         try:
             return await _commit_on(
-                git, workspace, worktree, message,
-                existing=worktree.base, parent_tree=worktree.base_tree,
+                git,
+                workspace,
+                worktree,
+                message,
+                existing=worktree.base,
+                parent_tree=worktree.base_tree,
                 base_tree=worktree.base_tree,
                 seed=(worktree.git_dir / "index", worktree.index_stamp),
-            )  # fmt: skip
+            )
         except _BranchMoved:
             pass
     existing, parent_tree, base_tree = await _branch_state(git, worktree)
     return await _commit_on(
-        git, workspace, worktree, message,
-        existing=existing, parent_tree=parent_tree, base_tree=base_tree, seed=None,
-    )  # fmt: skip
+        git,
+        workspace,
+        worktree,
+        message,
+        existing=existing,
+        parent_tree=parent_tree,
+        base_tree=base_tree,
+        seed=None,
+    )
 
 
 class _BranchMoved(Exception):
@@ -775,9 +808,17 @@ async def _tree_of(git: _Repo, commit: str) -> str:
 async def _numstat(git: _Git, base_tree: str, tree: str) -> tuple[FileChange, ...]:
     """Lines added and removed per file between two trees, parsed from `-z` output."""
     result = await _checked(
-        git, "diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv",
-        base_tree, tree, "--",
-    )  # fmt: skip
+        git,
+        "diff",
+        "--numstat",
+        "-z",
+        "--no-renames",
+        "--no-ext-diff",
+        "--no-textconv",
+        base_tree,
+        tree,
+        "--",
+    )
     files: list[FileChange] = []
     for record in result.stdout.split(b"\0"):
         parts = record.split(b"\t", 2)
@@ -900,9 +941,16 @@ async def _merge_locked(
     identity = await _identity_config(workspace)
     text = message.strip() or f"Merge {branch}"
     result = await workspace.run(
-        "merge", "--no-ff", "--no-edit", "--no-verify", "--no-autostash", "--quiet",
-        f"--message={text}", tip, config=identity,
-    )  # fmt: skip
+        "merge",
+        "--no-ff",
+        "--no-edit",
+        "--no-verify",
+        "--no-autostash",
+        "--quiet",
+        f"--message={text}",
+        tip,
+        config=identity,
+    )
     if result.returncode == 0:
         return await _after_merge(workspace, branch, target, before, linked)
     if await _merge_in_progress(workspace):
@@ -961,9 +1009,17 @@ async def _protected_change(
     if base.returncode != 0:
         return f"{branch} shares no history with the workspace's branch; it is not merged."
     raw = await _checked(
-        workspace, "diff", "--raw", "-z", "--no-renames", "--no-ext-diff",
-        "--ignore-submodules=none", base.text, tip, "--",
-    )  # fmt: skip
+        workspace,
+        "diff",
+        "--raw",
+        "-z",
+        "--no-renames",
+        "--no-ext-diff",
+        "--ignore-submodules=none",
+        base.text,
+        tip,
+        "--",
+    )
     own = _in_repository(workspace.top, protected)
     named: list[str] = []  # Baton's files: every one is named
     baton_dir: list[str] = []

@@ -24,11 +24,22 @@ _AWK = table(
     "debug",
     long_values="field-separator assign file source include exec load",
     long_optional="dump-variables profile pretty-print",
-    names={"F": "field-separator", "v": "assign", "f": "file", "e": "source", "i": "include",
-           "E": "exec", "l": "load", "d": "dump-variables", "p": "profile",
-           "o": "pretty-print", "D": "debug", "W": "mawk"},
+    names={
+        "F": "field-separator",
+        "v": "assign",
+        "f": "file",
+        "e": "source",
+        "i": "include",
+        "E": "exec",
+        "l": "load",
+        "d": "dump-variables",
+        "p": "profile",
+        "o": "pretty-print",
+        "D": "debug",
+        "W": "mawk",
+    },
     permute=False,
-)  # fmt: skip
+)
 _UNSAFE_OPTIONS = {
     "file": "-f/--file reads the program from a file this check cannot see",
     "exec": "-E/--exec reads the program from a file this check cannot see",
@@ -40,8 +51,10 @@ _UNSAFE_OPTIONS = {
     "debug": "-D/--debug starts gawk's debugger, which runs commands",
 }
 # mawk's -W options that only change how it reads or reports.
-_MAWK_HARMLESS = re.compile(r"(?:version|usage|help|dump|posix_space|posix|interactive|"
-                            r"sprintf=\d+|random=\d+|v)")  # fmt: skip
+_MAWK_HARMLESS = re.compile(
+    r"(?:version|usage|help|dump|posix_space|posix|interactive|"
+    r"sprintf=\d+|random=\d+|v)"
+)
 
 
 def awk_problem(args: tuple[str, ...], *, open_ended: bool = False) -> str | None:

@@ -17,22 +17,23 @@ __all__ = ["find_problem"]
 # Primaries (tests, options and harmless actions) with how many words they take.
 _READS: dict[str, int] = {
     **dict.fromkeys(
-        ("-amin", "-anewer", "-atime", "-cmin", "-cnewer", "-ctime", "-fstype", "-gid", "-group",
-         "-ilname", "-iname", "-inum", "-ipath", "-iregex", "-iwholename", "-links", "-lname",
-         "-mmin", "-mtime", "-name", "-newer", "-path", "-perm", "-regex", "-samefile", "-size",
-         "-type", "-uid", "-used", "-user", "-wholename", "-xtype", "-context", "-maxdepth",
-         "-mindepth", "-regextype", "-printf", "-files0-from"),
+        """
+        -amin -anewer -atime -cmin -cnewer -ctime -fstype -gid -group -ilname -iname -inum -ipath
+        -iregex -iwholename -links -lname -mmin -mtime -name -newer -path -perm -regex -samefile
+        -size -type -uid -used -user -wholename -xtype -context -maxdepth -mindepth -regextype
+        -printf -files0-from
+        """.split(),
         1,
     ),
     **dict.fromkeys(
-        ("-empty", "-executable", "-false", "-nogroup", "-nouser", "-readable", "-true",
-         "-writable", "-depth", "-d", "-follow", "-ignore_readdir_race",
-         "-noignore_readdir_race", "-mount", "-noleaf", "-xdev", "-daystart", "-warn",
-         "-nowarn", "-help", "--help", "-version", "--version", "-print", "-print0", "-ls",
-         "-prune", "-quit", "-not", "-a", "-and", "-o", "-or", "(", ")", "!", ","),
+        """
+        -empty -executable -false -nogroup -nouser -readable -true -writable -depth -d -follow
+        -ignore_readdir_race -noignore_readdir_race -mount -noleaf -xdev -daystart -warn -nowarn
+        -help --help -version --version -print -print0 -ls -prune -quit -not -a -and -o -or ( ) ! ,
+        """.split(),
         0,
     ),
-}  # fmt: skip
+}
 _RUNS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _WRITES = {"-fprint": 1, "-fprint0": 1, "-fls": 1, "-fprintf": 2}
 _GLOBAL = frozenset({"-H", "-L", "-P"})

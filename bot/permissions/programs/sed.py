@@ -22,10 +22,20 @@ _SED = table(
     "follow-symlinks binary help version",
     long_values="expression file line-length",
     long_optional="in-place",
-    names={"n": "quiet", "e": "expression", "f": "file", "l": "line-length", "i": "in-place",
-           "E": "regexp-extended", "r": "regexp-extended", "s": "separate", "u": "unbuffered",
-           "z": "null-data", "b": "binary"},
-)  # fmt: skip
+    names={
+        "n": "quiet",
+        "e": "expression",
+        "f": "file",
+        "l": "line-length",
+        "i": "in-place",
+        "E": "regexp-extended",
+        "r": "regexp-extended",
+        "s": "separate",
+        "u": "unbuffered",
+        "z": "null-data",
+        "b": "binary",
+    },
+)
 
 # Commands without arguments (GNU's `l`, `q`, `Q`, `L` take an optional number).
 _SIMPLE = frozenset("=dDgGhHlnNpPxzFqQL")

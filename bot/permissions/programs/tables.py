@@ -54,13 +54,33 @@ _LS = table(
     long_values="block-size format hide ignore indicator-style quoting-style sort tabsize "
     "time time-style width",
     long_optional="color colour classify hyperlink",
-    names={"a": "all", "A": "almost-all", "b": "escape", "B": "ignore-backups",
-           "d": "directory", "D": "dired", "F": "classify", "G": "no-group",
-           "h": "human-readable", "H": "dereference-command-line", "i": "inode",
-           "k": "kibibytes", "L": "dereference", "N": "literal", "n": "numeric-uid-gid",
-           "q": "hide-control-chars", "Q": "quote-name", "R": "recursive", "r": "reverse",
-           "s": "size", "Z": "context", "I": "ignore", "T": "tabsize", "w": "width"},
-)  # fmt: skip
+    names={
+        "a": "all",
+        "A": "almost-all",
+        "b": "escape",
+        "B": "ignore-backups",
+        "d": "directory",
+        "D": "dired",
+        "F": "classify",
+        "G": "no-group",
+        "h": "human-readable",
+        "H": "dereference-command-line",
+        "i": "inode",
+        "k": "kibibytes",
+        "L": "dereference",
+        "N": "literal",
+        "n": "numeric-uid-gid",
+        "q": "hide-control-chars",
+        "Q": "quote-name",
+        "R": "recursive",
+        "r": "reverse",
+        "s": "size",
+        "Z": "context",
+        "I": "ignore",
+        "T": "tabsize",
+        "w": "width",
+    },
+)
 
 _CAT = table(
     flags="AbeEnstTuv",
@@ -83,10 +103,17 @@ _TAIL = table(
     longs="quiet silent verbose zero-terminated retry help version",
     long_values="bytes lines max-unchanged-stats pid sleep-interval",
     long_optional="follow",
-    names={"c": "bytes", "n": "lines", "s": "sleep-interval", "f": "follow", "q": "quiet",
-           "v": "verbose", "z": "zero-terminated"},
+    names={
+        "c": "bytes",
+        "n": "lines",
+        "s": "sleep-interval",
+        "f": "follow",
+        "q": "quiet",
+        "v": "verbose",
+        "z": "zero-terminated",
+    },
     numbers=True,
-)  # fmt: skip
+)
 
 _WC = table(
     flags="cmlLw",
@@ -103,9 +130,16 @@ _SORT = table(
     long_values="key output buffer-size field-separator temporary-directory compress-program "
     "files0-from batch-size parallel random-source sort",
     long_optional="check",
-    names={"c": "check", "C": "check", "k": "key", "o": "output", "S": "buffer-size",
-           "t": "field-separator", "T": "temporary-directory"},
-)  # fmt: skip
+    names={
+        "c": "check",
+        "C": "check",
+        "k": "key",
+        "o": "output",
+        "S": "buffer-size",
+        "t": "field-separator",
+        "T": "temporary-directory",
+    },
+)
 
 _UNIQ = table(
     flags="cdDiuz",
@@ -193,9 +227,16 @@ _RG = table(
     "generate glob hostname-bin hyperlink-format iglob ignore-file max-columns max-count "
     "max-depth maxdepth max-filesize path-separator pre pre-glob regex-size-limit regexp "
     "replace sort sortr threads type type-not type-add type-clear",
-    names={"z": "search-zip", "e": "regexp", "f": "file", "g": "glob", "r": "replace",
-           "t": "type", "T": "type-not"},
-)  # fmt: skip
+    names={
+        "z": "search-zip",
+        "e": "regexp",
+        "f": "file",
+        "g": "glob",
+        "r": "replace",
+        "t": "type",
+        "T": "type-not",
+    },
+)
 
 _LESS = table(
     flags="?aABcCdeEfFgGiIJKLmMnNqQrRsSuUVwWX~",
@@ -235,9 +276,15 @@ _MAN = table(
     long_values="config-file locale systems manpath sections extension pager prompt "
     "encoding preprocessor recode",
     long_optional="warnings troff-device html gxditview",
-    names={"C": "config-file", "P": "pager", "H": "html", "X": "gxditview", "c": "catman",
-           "u": "update"},
-)  # fmt: skip
+    names={
+        "C": "config-file",
+        "P": "pager",
+        "H": "html",
+        "X": "gxditview",
+        "c": "catman",
+        "u": "update",
+    },
+)
 
 _BASE64 = table(
     flags="di",
@@ -261,11 +308,14 @@ SIMPLE_PROGRAMS: dict[str, SimpleProgram] = {
     "head": SimpleProgram(_HEAD),
     "tail": SimpleProgram(_TAIL),
     "wc": SimpleProgram(_WC),
-    "sort": SimpleProgram(_SORT, {
-        "output": f"-o/--output {_WRITES}",
-        "compress-program": "--compress-program runs the program it names",
-        "temporary-directory": "-T/--temporary-directory writes temporary files there",
-    }),
+    "sort": SimpleProgram(
+        _SORT,
+        {
+            "output": f"-o/--output {_WRITES}",
+            "compress-program": "--compress-program runs the program it names",
+            "temporary-directory": "-T/--temporary-directory writes temporary files there",
+        },
+    ),
     "uniq": SimpleProgram(_UNIQ, operands=_uniq_operands),
     "cut": SimpleProgram(_CUT),
     "tr": SimpleProgram(_TR),
@@ -274,36 +324,49 @@ SIMPLE_PROGRAMS: dict[str, SimpleProgram] = {
     "grep": SimpleProgram(_GREP),
     "egrep": SimpleProgram(_GREP),
     "fgrep": SimpleProgram(_GREP),
-    "rg": SimpleProgram(_RG, {
-        "pre": "--pre runs a program on every file it searches",
-        "search-zip": "-z/--search-zip runs decompression programs on the files it finds",
-        "hostname-bin": "--hostname-bin runs the program it names",
-    }),
-    "less": SimpleProgram(_LESS, {
-        "lesskey-file": "-k/--lesskey-file binds keys, shell commands included",
-        "lesskey-src": "--lesskey-src binds keys, shell commands included",
-        "lesskey-content": "--lesskey-content binds keys, shell commands included",
-        "log-file": f"-o/--log-file {_WRITES}",
-        "LOG-FILE": f"-O/--LOG-FILE {_WRITES}",
-    }, plus_words=True),
+    "rg": SimpleProgram(
+        _RG,
+        {
+            "pre": "--pre runs a program on every file it searches",
+            "search-zip": "-z/--search-zip runs decompression programs on the files it finds",
+            "hostname-bin": "--hostname-bin runs the program it names",
+        },
+    ),
+    "less": SimpleProgram(
+        _LESS,
+        {
+            "lesskey-file": "-k/--lesskey-file binds keys, shell commands included",
+            "lesskey-src": "--lesskey-src binds keys, shell commands included",
+            "lesskey-content": "--lesskey-content binds keys, shell commands included",
+            "log-file": f"-o/--log-file {_WRITES}",
+            "LOG-FILE": f"-O/--LOG-FILE {_WRITES}",
+        },
+        plus_words=True,
+    ),
     "more": SimpleProgram(_MORE, plus_words=True),
     "base64": SimpleProgram(_BASE64),
     "base32": SimpleProgram(_BASE64),
     # An allow rule for rm vouches for deleting the files it names, one by one; the
     # forced and recursive forms are how destructive deletes are written (Codex's
     # dangerous-command check flags every forced rm).
-    "rm": SimpleProgram(_RM, {
-        "force": "-f/--force deletes without a question, whatever it finds",
-        "recursive": "-r/--recursive deletes whole directory trees",
-        "no-preserve-root": "--no-preserve-root lets it delete /",
-    }),
-    "man": SimpleProgram(_MAN, {
-        "config-file": "-C/--config-file reads a configuration that names programs to run",
-        "pager": "-P/--pager runs the program it names",
-        "html": "-H/--html runs a browser",
-        "gxditview": "-X/--gxditview runs a viewer",
-        "catman": "-c/--catman writes cat pages",
-        "update": "-u/--update writes the manual page index",
-    }),
-}  # fmt: skip
+    "rm": SimpleProgram(
+        _RM,
+        {
+            "force": "-f/--force deletes without a question, whatever it finds",
+            "recursive": "-r/--recursive deletes whole directory trees",
+            "no-preserve-root": "--no-preserve-root lets it delete /",
+        },
+    ),
+    "man": SimpleProgram(
+        _MAN,
+        {
+            "config-file": "-C/--config-file reads a configuration that names programs to run",
+            "pager": "-P/--pager runs the program it names",
+            "html": "-H/--html runs a browser",
+            "gxditview": "-X/--gxditview runs a viewer",
+            "catman": "-c/--catman writes cat pages",
+            "update": "-u/--update writes the manual page index",
+        },
+    ),
+}
 """The programs judged by their options, by name."""

@@ -250,10 +250,22 @@ def slack_rate() -> None:
 TABLES: dict[str, Callable[[], None]] = {
     create.__name__: create
     for create in (
-        sessions, messages, compactions, tasks, task_sequences, task_log, approvals, runs,
-        instances, processed_events, usage, approval_deciders, feedback, slack_rate,
+        sessions,
+        messages,
+        compactions,
+        tasks,
+        task_sequences,
+        task_log,
+        approvals,
+        runs,
+        instances,
+        processed_events,
+        usage,
+        approval_deciders,
+        feedback,
+        slack_rate,
     )
-}  # fmt: skip
+}
 
 
 def upgrade() -> None:
