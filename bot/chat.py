@@ -28,7 +28,13 @@ from bot.access.admission import QueuePosition
 from bot.access.refusal import Refusal
 from bot.app import Baton, build_baton
 from bot.config import Settings
-from bot.describe_end import describe_end, queued_status, redacted_detail
+from bot.describe import (
+    describe_end,
+    describe_event,
+    queued_status,
+    redacted_detail,
+    redacted_event,
+)
 from bot.engine import (
     ApprovalDecision,
     ApprovalFunc,
@@ -44,14 +50,12 @@ from bot.engine import (
 from bot.outcomes import RunEnd
 from bot.sessions.surface import Prompt, RunTicket, Where
 from bot.sessions.turns import TurnMachine
-from bot.slack.timeline import redacted_event
 from bot.store import SessionKey, SessionRecord
 from bot.store.instances import HEARTBEAT_EVERY_S
 from bot.store.runs import RunRecord
 from bot.store.tasks import TaskRecord
 from bot.store.thread_inbox import Inbound, ThreadMessage
 from bot.subagents import SubAgentEvent
-from bot.subagents.runner import describe_event
 
 logger = logging.getLogger(__name__)
 
@@ -150,8 +154,11 @@ class TerminalSurface:
     async def thread_context(self, where: Where, before_ts: str) -> str | None:
         return None
 
-    async def acknowledge(self, message: ThreadMessage) -> None:
-        self.terminal.line("  ✉ the agent reads this before its next model call")
+    async def acknowledge(self, message: ThreadMessage, *, waits: bool) -> None:
+        if waits:
+            self.terminal.line("  ✉ taken: it is answered once this agent's run ends")
+        else:
+            self.terminal.line("  ✉ the agent reads this before its next model call")
 
     async def refuse(self, where: Where, *, user_id: str, refusal: Refusal, is_dm: bool) -> None:
         self.terminal.line(f"✗ {refusal.text}")
@@ -267,7 +274,7 @@ class TerminalTurnView:
         self.terminal.write(text)
 
     def _line(self, event: RunEvent, *, agent: str | None = None) -> None:
-        if line := describe_event(redacted_event(event, self.redact)):
+        if line := describe_event(event, redact=self.redact):
             line = self.redact(f"[{agent}] {line}" if agent else line)
             self.terminal.line(f"  {line}")
 

@@ -345,8 +345,11 @@ class McpServers:
                 logger.warning(
                     "MCP server %s: %d tools not offered: all servers' tools together may "
                     "take at most %d tools and %d characters of each request",
-                    name, count, MAX_TOOLS, self.schema_budget,
-                )  # fmt: skip
+                    name,
+                    count,
+                    MAX_TOOLS,
+                    self.schema_budget,
+                )
             self._left_out = left_out
         return offered
 

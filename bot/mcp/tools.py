@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError
@@ -19,15 +19,23 @@ from pydantic import ConfigDict
 
 from bot.tools.base import MCP_PREFIX, Tool, ToolArguments, ToolOutput
 
-if TYPE_CHECKING:
-    from bot.mcp.servers import McpServer
-
 # Chat Completions' limits on a function: its name, and what we let a description be.
 MAX_NAME = 64
 MAX_DESCRIPTION = 2_000
 # A schema larger than this (as JSON) would crowd every request: the tool is not offered.
 MAX_SCHEMA_CHARS = 20_000
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class ToolServer(Protocol):
+    """What a tool needs of its server (`bot.mcp.servers.McpServer`): its name, and a
+    call to one of its tools."""
+
+    name: str
+
+    async def call(self, tool: str, arguments: dict[str, object]) -> ToolOutput:
+        """The tool's result; a `ToolError` saying why when it cannot be called."""
+        ...
 
 
 class McpArguments(ToolArguments):
@@ -74,7 +82,7 @@ class McpTool(Tool):
     read_only = False
     main_argument = None
 
-    def __init__(self, server: McpServer, remote: RemoteTool, parameters: dict[str, Any]) -> None:
+    def __init__(self, server: ToolServer, remote: RemoteTool, parameters: dict[str, Any]) -> None:
         self.server = server
         self.remote_name = remote.name
         self.name = tool_name(server.name, remote.name)  # type: ignore[misc]

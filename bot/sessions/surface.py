@@ -120,8 +120,9 @@ class Surface(Protocol):
         nothing (or the thread is the message itself)."""
         ...
 
-    async def acknowledge(self, message: ThreadMessage) -> None:
-        """Tell the author that their message reached the running agent."""
+    async def acknowledge(self, message: ThreadMessage, *, waits: bool) -> None:
+        """Tell the author that their message reached the running agent, or (`waits`)
+        that it was taken and waits for the running `@agent` run's end."""
         ...
 
     async def refuse(self, where: Where, *, user_id: str, refusal: Refusal, is_dm: bool) -> None:

@@ -507,9 +507,7 @@ class TurnMachine:
     async def _deliver(self, run: ActiveRun) -> None:
         """Hand the thread's waiting messages to `run` (in their order), each
         acknowledged to its author. An `@agent` run reads none: they wait for its end
-        (questions are the thread's next turn)."""
-        if run.direct:
-            return
+        (its questions are the thread's next turn)."""
         taken = await self.inbox.take(
             run.key.key, run_id=run.run_id, holder=self.instances.id, questions_only=False
         )
@@ -526,7 +524,7 @@ class TurnMachine:
             ChatMessage(role="user", content=f"[{said}] {read.text}", images=list(read.images))
         )
         run.steering.append(Steering(message.id, message.user_id, clean, message.addressed))
-        await self.surface.acknowledge(message)
+        await self.surface.acknowledge(message, waits=run.direct)
 
     def _watch_runs(self) -> None:
         """While this process runs turns: cancels and steering that reached other

@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bot.describe import json_arguments, tool_summary
 from bot.slack.blocks import code_sections
 from bot.slack.text import escape_mrkdwn
 from bot.store.approvals import ApprovalRecord
@@ -34,20 +35,9 @@ def _context(text: str) -> Block:
     return {"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}
 
 
-def pretty_arguments(arguments: str) -> str:
-    """The exact arguments, indented when they are JSON."""
-    try:
-        return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
-    except json.JSONDecodeError:
-        return arguments
-
-
 def preview_arguments(arguments: str) -> tuple[str, bool]:
     """A readable preview with long values shortened; True when something was shortened."""
-    try:
-        data = json.loads(arguments)
-    except json.JSONDecodeError:
-        data = None
+    data = json_arguments(arguments)
     shortened = False
     if isinstance(data, dict):
         shown: dict[str, Any] = {}
@@ -87,6 +77,16 @@ def _body(record: ApprovalRecord) -> tuple[list[Block], bool]:
     return blocks, shortened
 
 
+def _decision_button(text: str, style: str, action_id: str, value: str) -> Block:
+    return {
+        "type": "button",
+        "text": {"type": "plain_text", "text": text},
+        "style": style,
+        "action_id": action_id,
+        "value": value,
+    }
+
+
 def _show_button(value: str, text: str = "Show full arguments") -> Block:
     return {
         "type": "button",
@@ -109,12 +109,10 @@ def request_message(
     blocks, shortened = _body(record)
     if who_may_decide:
         blocks.append(_context(f"*Who may decide:* {who_may_decide}"))
-    buttons: list[Block] = [
-        {"type": "button", "text": {"type": "plain_text", "text": "Approve"}, "style": "primary",
-         "action_id": APPROVE, "value": record.id},
-        {"type": "button", "text": {"type": "plain_text", "text": "Deny"}, "style": "danger",
-         "action_id": DENY, "value": record.id},
-    ]  # fmt: skip
+    buttons = [
+        _decision_button("Approve", "primary", APPROVE, record.id),
+        _decision_button("Deny", "danger", DENY, record.id),
+    ]
     if shortened:
         buttons.append(_show_button(f"{record.id}:0"))
     blocks.append({"type": "actions", "block_id": f"approval-{record.id}", "elements": buttons})
@@ -155,9 +153,12 @@ def outcome_message(
     line = note or outcome_line(record, timeout_s=timeout_s)
     if shortened:
         blocks.append(
-            {"type": "actions", "block_id": f"approval-{record.id}",
-             "elements": [_show_button(f"{record.id}:0")]}
-        )  # fmt: skip
+            {
+                "type": "actions",
+                "block_id": f"approval-{record.id}",
+                "elements": [_show_button(f"{record.id}:0")],
+            }
+        )
     blocks.append(_context(line))
     return f"{escape_mrkdwn(record.tool)}: {line}", blocks
 
@@ -187,8 +188,8 @@ def recent_decisions_blocks(
     Args:
         records: What `ApprovalStore.recent_decisions` returned.
         timeout_s: The approval timeout, named in expired lines.
-        redact: When given, each line also shows the start of the call's arguments,
-            passed through it first (credentials out).
+        redact: When given, each line also shows the call's arguments in short
+            (`tool_summary`), passed through it first (credentials out).
         preview_chars: How much of the arguments to show.
     """
     blocks: list[Block] = [_section("*Recent decisions*")]
@@ -200,9 +201,7 @@ def recent_decisions_blocks(
         if record.agent != "main":
             line += f" for {escape_mrkdwn(record.agent)} (`{escape_mrkdwn(record.task_id or '')}`)"
         if redact is not None:
-            shown = " ".join(redact(record.arguments).split())
-            if len(shown) > preview_chars:
-                shown = shown[: preview_chars - 1] + "…"
+            shown = tool_summary(record.arguments, limit=preview_chars, redact=redact)
             # A backtick would close the code span early.
             shown = shown.replace("`", "'")
             line += f" `{escape_mrkdwn(shown)}`"
@@ -213,10 +212,7 @@ def recent_decisions_blocks(
 
 def _argument_blocks(record: ApprovalRecord) -> list[Block]:
     """Every character of every argument, as labelled, escaped code sections."""
-    try:
-        data = json.loads(record.arguments)
-    except json.JSONDecodeError:
-        data = None
+    data = json_arguments(record.arguments)
     if isinstance(data, dict):
         parts = [
             (str(key), value if isinstance(value, str) else json.dumps(value, indent=2))

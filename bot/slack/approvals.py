@@ -19,6 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import metrics
 from bot.access.deciders import Deciders
+from bot.describe import Redact, redacted_arguments
 from bot.engine import ApprovalDecision, ApprovalFunc, ApprovalRequest
 from bot.slack.approval_views import (
     arguments_modal,
@@ -67,6 +68,7 @@ class SlackApprovals:
         task_log: TaskLog | None = None,
         poll_s: float = POLL_S,
         signals: Signals | None = None,
+        redact: Redact | None = None,
     ) -> None:
         """Build the approvals of one process.
 
@@ -82,6 +84,8 @@ class SlackApprovals:
             poll_s: How often a waiting run reads its request again.
             signals: Tells every replica that a request was decided, so the run
                 waiting on it (wherever it is) reads it at once; None: polling only.
+            redact: Takes Baton's own secrets out of what the thread is shown (the
+                arguments, whole, before anything shortens them; the reason).
         """
         self.store = store
         self.instances = instances
@@ -92,6 +96,7 @@ class SlackApprovals:
         self.task_log = task_log
         self.poll_s = poll_s
         self.signals = signals
+        self.redact = redact
         self._waiting: dict[str, asyncio.Event] = {}
 
     def for_run(
@@ -136,7 +141,9 @@ class SlackApprovals:
         posted_ts: str | None = None
         try:
             text, blocks = request_message(
-                record, timeout_s=self.timeout_s, who_may_decide=self._who_may_decide(record)
+                self.shown(record),
+                timeout_s=self.timeout_s,
+                who_may_decide=self._who_may_decide(record),
             )
             try:
                 posted = await self.client.chat_postMessage(
@@ -249,10 +256,21 @@ class SlackApprovals:
             )
         return ApprovalDecision(approved=False, message="the approval request was cancelled")
 
+    def shown(self, record: ApprovalRecord) -> ApprovalRecord:
+        """`record` as people may see it: Baton's own secrets out of its arguments and
+        reason (the request as the rules judged it stays whole in the store)."""
+        if self.redact is None:
+            return record
+        return replace(
+            record,
+            arguments=redacted_arguments(record.arguments, self.redact),
+            reason=self.redact(record.reason),
+        )
+
     async def _show_outcome(self, record: ApprovalRecord, note: str | None = None) -> None:
         if not record.channel_id or not record.message_ts:
             return
-        text, blocks = outcome_message(record, timeout_s=self.timeout_s, note=note)
+        text, blocks = outcome_message(self.shown(record), timeout_s=self.timeout_s, note=note)
         try:
             await self.client.chat_update(
                 channel=record.channel_id, ts=record.message_ts, text=text, blocks=blocks
@@ -317,7 +335,7 @@ class SlackApprovals:
                 return
         elif record.channel_id is None or channel != record.channel_id:
             return
-        modal = arguments_modal(record, page=int(page) if page.isdigit() else 0)
+        modal = arguments_modal(self.shown(record), page=int(page) if page.isdigit() else 0)
         if view is not None:
             await self.client.views_update(view_id=view["id"], hash=view.get("hash"), view=modal)
         else:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from bot.describe import format_duration, format_tokens
 from bot.slack.text import (
     ANSWER_PREVIEW_CHARS,
     BUTTON_VALUE_LIMIT,
@@ -29,8 +30,6 @@ from bot.slack.text import (
     escape_mrkdwn,
     fit_text,
     format_age,
-    format_duration,
-    format_tokens,
     mrkdwn_fallback,
     split_text,
 )

@@ -16,7 +16,7 @@ from slack_sdk.errors import SlackApiError
 from bot.access.budgets import DailyBudgets, describe_usage
 from bot.access.deciders import Deciders
 from bot.access.refusal import Refusal
-from bot.describe_end import redacted_detail
+from bot.describe import redacted_detail
 from bot.errors import SteeringFull
 from bot.redaction import Redactor
 from bot.sessions.turns import AccessGate, Cancelled, TurnMachine
@@ -253,7 +253,8 @@ class Listeners:
         running, done = await self.tracker.counts(channel_id=channel)
         is_approver = await self.deciders.is_approver(user)
         usage = await self.parts.budgets.today(user_id=user, channel_id=channel)
-        decisions = await self.approvals.store.recent_decisions(channel, limit=PANEL_DECISIONS)
+        decided = await self.approvals.store.recent_decisions(channel, limit=PANEL_DECISIONS)
+        decisions = [self.approvals.shown(record) for record in decided]
 
         def viewer_may_cancel(task: TaskRecord) -> bool:
             return is_approver or user == task.started_by

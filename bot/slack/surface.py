@@ -203,6 +203,7 @@ class SlackSurface:
             task_log=baton.tracker.append_log,
             poll_s=approval_poll_s,
             signals=baton.signals,
+            redact=baton.redact,
         )
         self.access = AccessPolicy(settings.access, self.directory, approvers=settings.approvers)
         self.threads = SlackThreadSurface(

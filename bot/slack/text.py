@@ -361,22 +361,6 @@ def plan_answer(markdown: str, *, max_messages: int = 3) -> AnswerPlan:
 # -------------------------------------------------------------------- formatting
 
 
-def format_tokens(prompt: int, completion: int) -> str:
-    """Token usage as "1,234 in / 56 out tokens"."""
-    return f"{prompt:,} in / {completion:,} out tokens"
-
-
-def format_duration(seconds: float) -> str:
-    """A duration as "4.2 s", "3 min 05 s" or "1 h 02 min"."""
-    seconds = max(seconds, 0.0)
-    if round(seconds, 1) < 60:
-        return f"{seconds:.1f} s"
-    whole = round(seconds)
-    if whole < 3600:
-        return f"{whole // 60} min {whole % 60:02d} s"
-    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
-
-
 def format_age(seconds: float) -> str:
     """How long ago something happened: "just now", "3 min ago", "2 h ago", "5 d ago"."""
     if seconds < 60:

@@ -22,10 +22,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.access.admission import QueuePosition
 from bot.access.refusal import Refusal
-from bot.describe_end import (
+from bot.describe import (
     INTERRUPTED,
     WORKING,
     describe_end,
+    describe_event,
     queued_status,
     redacted_task,
     waiting_status,
@@ -65,14 +66,13 @@ from bot.slack.text import (
     fit_text,
     mention_free,
 )
-from bot.slack.timeline import redacted_event, show_child_step, show_step
+from bot.slack.timeline import show_child_step, show_step
 from bot.store import SessionKey, SessionRecord
 from bot.store.runs import RunRecord
 from bot.store.sessions import DM_THREAD
 from bot.store.tasks import TaskRecord
 from bot.store.thread_inbox import Inbound, ThreadMessage
 from bot.subagents import SubAgentEvent
-from bot.subagents.runner import describe_event
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ class SlackThreadSurface:
 
     # ------------------------------------------------------------------ saying
 
-    async def acknowledge(self, message: ThreadMessage) -> None:
+    async def acknowledge(self, message: ThreadMessage, *, waits: bool) -> None:
         try:
             await self.client.reactions_add(
                 channel=message.channel_id, timestamp=message.ts, name=SEEN_REACTION
@@ -439,7 +439,7 @@ class SlackTurnView:
             event, ToolStart | ToolResult | ErrorEvent | ApprovalRequired
         ):
             return
-        if line := describe_event(redacted_event(event, self.redact)):
+        if line := describe_event(event, redact=self.redact):
             self.progress.add(self.redact(f"[{agent}] {line}" if agent else line))
 
     async def answer(

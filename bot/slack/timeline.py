@@ -9,24 +9,17 @@ quote credentials.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from dataclasses import replace
-from typing import Any
-
+from bot.describe import Redact, describe_event
 from bot.engine import ApprovalRequired, Done, ErrorEvent, RunEvent, ToolResult, ToolStart
 from bot.slack.streaming import AnswerStream
 from bot.subagents import SubAgentEvent
-from bot.subagents.runner import describe_event
-
-Redact = Callable[[str], str]
 
 
 def show_step(stream: AnswerStream, event: RunEvent, *, redact: Redact) -> None:
     """A tool call of the run (or of an `@agent` run) as a task of the timeline."""
     if isinstance(event, ToolStart):
-        line = describe_event(redacted_event(event, redact)) or event.name
-        stream.step(event.call_id, title=redact(line.lstrip("▸ ")), status="in_progress")
+        line = describe_event(event, redact=redact) or event.name
+        stream.step(event.call_id, title=line.removeprefix("▸ "), status="in_progress")
     elif isinstance(event, ApprovalRequired):
         stream.step(event.call_id, status="pending", details="waiting for a person's decision")
     elif isinstance(event, ToolResult):
@@ -53,36 +46,5 @@ def show_child_step(stream: AnswerStream, update: SubAgentEvent, *, redact: Reda
     elif isinstance(event, ToolStart | ApprovalRequired) or (
         isinstance(event, ToolResult) and event.is_error
     ):
-        line = describe_event(redacted_event(event, redact)) or ""
-        stream.step(update.task_id, title=title, status="in_progress", details=redact(line.strip()))
-
-
-def redacted_event(event: RunEvent, redact: Redact) -> RunEvent:
-    """The event with its arguments and output redacted whole, before `describe_event`
-    shortens them: a credential cut in half by the shortening is no longer the secret
-    the redaction looks for, and its first half would show."""
-    if isinstance(event, ToolStart | ApprovalRequired):
-        return replace(event, arguments=_redacted_arguments(event.arguments, redact))
-    if isinstance(event, ToolResult):
-        return replace(event, output=redact(event.output))
-    return event
-
-
-def _redacted_arguments(arguments: str, redact: Redact) -> str:
-    """JSON arguments with every key and string redacted as decoded (a secret holding a
-    quote or a backslash is escaped in the JSON text, where it would not be found)."""
-    try:
-        data = json.loads(arguments)
-        return json.dumps(_redact_values(data, redact), ensure_ascii=False)
-    except (ValueError, RecursionError):
-        return redact(arguments)
-
-
-def _redact_values(value: Any, redact: Redact) -> Any:
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {redact(str(k)): _redact_values(v, redact) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact_values(v, redact) for v in value]
-    return value
+        line = describe_event(event, redact=redact) or ""
+        stream.step(update.task_id, title=title, status="in_progress", details=line.strip())

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bot.describe import describe_event, stop_error
 from bot.engine import (
     ApprovalDecision,
     ApprovalFunc,
     ApprovalRequest,
-    ApprovalRequired,
     Done,
     Engine,
     ErrorEvent,
@@ -26,7 +25,6 @@ from bot.engine import (
     RunEvent,
     TextDelta,
     ToolInvocation,
-    ToolResult,
     ToolStart,
     Usage,
 )
@@ -35,6 +33,7 @@ from bot.engine.tokens import TokenCounter
 from bot.errors import ToolError
 from bot.store.tasks import TaskRecord, TaskState
 from bot.subagents import worktree as worktrees
+from bot.subagents.children import ParentContext, SubAgentEvent, TaskOutcome, branch_note
 from bot.subagents.control import control_tools
 from bot.subagents.definition import TASK_TOOL_NAME, AgentDefinition
 from bot.subagents.handoff import (
@@ -46,32 +45,14 @@ from bot.subagents.handoff import (
 from bot.subagents.memory import Remember
 from bot.subagents.prompt import build_child_prompt
 from bot.subagents.registry import AgentRegistry
+from bot.subagents.task_tool import TaskTool
 from bot.subagents.tracker import TaskTracker
 from bot.tools.base import Tool, ToolRegistry
 
 logger = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "interrupted: Baton was shut down while it ran; start it again"
-BUDGET_REASON = "stopped: the run's token budget is spent"
 MAX_LOG_TEXT = 2_000
-# How a child's run ended, when the model's provider ended it.
-STOP_ERRORS = {
-    "length": "the answer was cut at the model's output limit",
-    "content_filter": "the provider's content filter stopped the answer",
-}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SubAgentEvent:
-    """A child's event, tagged with who produced it."""
-
-    agent: str
-    task_id: str
-    background: bool
-    event: RunEvent
-
-
-ProgressSink = Callable[[SubAgentEvent], None]
 # The tools and hooks of a site, rebuilt to work in another directory (a worktree):
 # the same rules and sandbox, confined to that directory instead of the workspace.
 IsolatedSite = Callable[[Path], Awaitable[tuple[ToolRegistry, tuple[Hook, ...]]]]
@@ -84,48 +65,6 @@ HANDOFF_TURNS = 3
 # children of one fan-out start without a git call each. (A worktree that cannot be
 # made after all fails that child with the reason.)
 REPOSITORY_CHECK_S = 5.0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ParentContext:
-    """What a child inherits from the run that delegates to it."""
-
-    tools: ToolRegistry
-    model: str
-    approval: ApprovalFunc | None
-    session_id: int
-    channel_id: str | None = None
-    user_id: str | None = None
-    progress: ProgressSink | None = None
-    # The run's meter: every child, foreground or background, spends the same budget,
-    # and a background child keeps charging it after the parent's turn is over.
-    meter: Meter | None = None
-    # How deep the delegating run is (the main agent: 0), and its task (None: main).
-    depth: int = 0
-    task_id: str | None = None
-    # Where the delegating run works (None: the site's workspace): an isolated child's
-    # worktree, which its own children (not isolated themselves) work in too, with the
-    # permission hook made for that worktree (None: the site's hooks).
-    root: Path | None = None
-    hooks: tuple[Hook, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TaskOutcome:
-    """How a child run ended."""
-
-    task_id: str
-    agent: str
-    state: TaskState
-    text: str
-    error: str | None
-    usage: Usage
-    turns: int
-    handoff: Handoff | None = None
-    # Whether it worked in a worktree of its own; `branch` holds its work, if any.
-    isolated: bool = False
-    branch: str | None = None
-    change: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -164,49 +103,6 @@ def task_guard(allowed: frozenset[str]) -> Hook:
         return None
 
     return guard
-
-
-def describe_event(event: RunEvent) -> str | None:
-    """One log line for a child event (text is logged separately, in whole pieces)."""
-    if isinstance(event, ToolStart):
-        return f"▸ {event.name} {_short_arguments(event.arguments)}".rstrip()
-    if isinstance(event, ToolResult):
-        if event.is_error:
-            first = event.output.strip().splitlines()[0] if event.output.strip() else "failed"
-            return f"  ✗ {first[:300]}"
-        return "  ✓"
-    if isinstance(event, ApprovalRequired):
-        return f"? {event.name} needs approval: {event.reason}"
-    if isinstance(event, ErrorEvent):
-        return f"✗ {event.message}"
-    if isinstance(event, ModelWaiting):
-        return f"… waiting for the model ({event.reason}, retry {event.attempt})"
-    if isinstance(event, Done):
-        tokens = event.usage.total_tokens
-        if event.stop_reason == "completed":
-            return f"✓ Done · {event.turns} turns · {tokens:,} tokens"
-        if event.stop_reason == "max_turns":
-            return f"✗ Stopped at the turn limit · {event.turns} turns · {tokens:,} tokens"
-        if event.stop_reason == "budget":
-            return f"✗ Stopped: the token budget is spent · {event.turns} turns · {tokens:,} tokens"
-        if event.stop_reason in STOP_ERRORS:
-            return f"✗ {STOP_ERRORS[event.stop_reason]} · {event.turns} turns · {tokens:,} tokens"
-        return f"✗ Failed · {event.turns} turns · {tokens:,} tokens"
-    return None
-
-
-def _short_arguments(arguments: str, limit: int = 120) -> str:
-    try:
-        data = json.loads(arguments)
-    except json.JSONDecodeError:
-        data = None
-    text = (
-        ", ".join(f"{v}" if isinstance(v, str) else json.dumps(v) for v in data.values())
-        if isinstance(data, dict)
-        else arguments
-    )
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class SubAgentRunner:
@@ -688,9 +584,6 @@ class SubAgentRunner:
         depth = parent.depth + 1
         if not self.may_delegate(definition, depth):
             return extra, frozenset()
-        # Imported here: the task tool runs children through this runner.
-        from bot.subagents.task_tool import TaskTool
-
         assert self.registry is not None
         allowed = frozenset(definition.allowed_subagents)
         own = ParentContext(
@@ -786,12 +679,7 @@ class SubAgentRunner:
             state = "completed"
         else:
             state = "failed"
-            if done.stop_reason == "max_turns":
-                error = f"stopped early at the limit of {engine.max_turns} turns"
-            elif done.stop_reason == "budget":
-                error = BUDGET_REASON
-            elif done.stop_reason in STOP_ERRORS:
-                error = STOP_ERRORS[done.stop_reason]
+            error = stop_error(done.stop_reason, max_turns=engine.max_turns) or error
         handoff = submit.handoff
         if handoff is None and state == "completed":
             handoff = fallback_handoff(last_text, NO_HANDOFF_REASON)
@@ -846,16 +734,6 @@ class SubAgentRunner:
                 await self.tracker.append_log(record.id, line)
         assert done is not None
         return done, error
-
-
-def branch_note(branch: str | None, change: str | None) -> str:
-    """What an isolated child changed, in the words its result carries."""
-    if not branch:
-        return "Changes: none (its worktree was removed)."
-    return (
-        f"Changes: committed on branch {branch} ({change}). A person can merge or discard "
-        "it from /tasks."
-    )
 
 
 def _inbox(tracker: TaskTracker, task_id: str) -> Callable[[], list[ChatMessage]]:

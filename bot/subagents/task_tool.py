@@ -11,11 +11,11 @@ from pydantic import Field
 
 from bot.engine.loop import ResponseCalls, current_call, response_calls
 from bot.errors import TaskLimitReached, ToolError
+from bot.subagents.children import ChildRunner, ParentContext, TaskOutcome, branch_note
 from bot.subagents.definition import TASK_TOOL_NAME, AgentDefinition
 from bot.subagents.handoff import GroupMember, render_fan_in, render_handoff
 from bot.subagents.registry import AgentRegistry
 from bot.subagents.results import escape_result, shown_handoff, shown_part
-from bot.subagents.runner import ParentContext, SubAgentRunner, TaskOutcome, branch_note
 from bot.tools.base import Tool, ToolArguments, cap_output
 
 GROUP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -170,7 +170,7 @@ class TaskTool(Tool):
         self,
         *,
         registry: AgentRegistry,
-        runner: SubAgentRunner,
+        runner: ChildRunner,
         parent: ParentContext,
         allowed: frozenset[str] | None = None,
     ) -> None:

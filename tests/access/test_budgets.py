@@ -17,10 +17,10 @@ from sqlmodel import select
 from bot.access.budgets import DailyBudgets, RunBudget, Spend, UsageToday, describe_usage
 from bot.app import Baton
 from bot.config import LimitsConfig, PriceConfig
+from bot.describe import BUDGET_ERROR
 from bot.engine import Done
 from bot.store import UsageStore
 from bot.store.models import UsageRow
-from bot.subagents.runner import BUDGET_REASON
 from tests.databases import fresh_database
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply, ToolCallSpec, Usage
 from tests.subagents.harness import THREAD, Router, make_baton, run_turn, wait_finished
@@ -175,11 +175,11 @@ async def test_a_run_at_its_budget_stops_every_agent_with_the_partial_work(
     assert len(fake_llm.requests) == 2  # one call each; neither asked again
     child = await wait_finished(baton, "task-explore-1")
     assert child.state == "failed"
-    assert child.error == BUDGET_REASON == "stopped: the run's token budget is spent"
+    assert child.error == BUDGET_ERROR == "stopped: the run's token budget is spent"
     assert child.result == f"Found the config.\n\n{note}"
     detail = await baton.tracker.get("task-explore-1")
     assert detail is not None
-    assert any("Stopped: the token budget is spent" in line for line in detail.log)
+    assert any("✗ Stopped at the run's token budget" in line for line in detail.log)
     history = await baton.conversations.history(THREAD)
     assert history[-1].content == note
 

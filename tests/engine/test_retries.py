@@ -11,6 +11,7 @@ from typing import Any
 import openai
 import pytest
 
+from bot.describe import describe_event
 from bot.engine import (
     ChatMessage,
     Done,
@@ -24,7 +25,6 @@ from bot.engine import (
 )
 from bot.engine.llm import LLMResponse, TextChunk
 from bot.errors import ContextLengthError, LLMError
-from bot.subagents.runner import describe_event
 from bot.tools.base import Tool, ToolArguments, ToolRegistry
 from tests.fakes.openai_api import (
     ErrorBurst,

@@ -112,10 +112,16 @@ class SlackDriver:
         ts = next_ts()
         self.slack.add_message(CHANNEL, text, ALICE, ts=ts, thread_ts=self.thread_ts)
         event = {
-            "type": "message", "channel_type": "channel", "channel": CHANNEL, "user": ALICE,
-            "text": text, "ts": ts, "thread_ts": self.thread_ts, "event_ts": ts,
+            "type": "message",
+            "channel_type": "channel",
+            "channel": CHANNEL,
+            "user": ALICE,
+            "text": text,
+            "ts": ts,
+            "thread_ts": self.thread_ts,
+            "event_ts": ts,
             "team": "T0001",
-        }  # fmt: skip
+        }
         response = await self.harness.send_event(event)
         assert response.status == 200
         await until(lambda: self.slack.reactions.get((CHANNEL, ts)) == ["eyes"], PATIENCE_S)
@@ -144,9 +150,12 @@ class SlackDriver:
         assert found is not None
         self._clicked.add(found["button"]["value"])
         status = await self.harness.click(
-            action_id, found["button"]["value"], user=ALICE, channel=CHANNEL,
+            action_id,
+            found["button"]["value"],
+            user=ALICE,
+            channel=CHANNEL,
             message_ts=found["message"]["ts"],
-        )  # fmt: skip
+        )
         assert status == 200
 
     async def wait_idle(self) -> None:

@@ -168,16 +168,8 @@ async def test_an_agent_named_with_at_runs_directly(driver: Driver) -> None:
 
 
 async def test_a_configured_secret_in_tool_arguments_is_never_shown(
-    driver: Driver, request: pytest.FixtureRequest
+    driver: Driver,
 ) -> None:
-    if driver.name == "slack":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="Slack's approval request (bot/slack/approval_views.py request_message) "
-                "posts the call's arguments unredacted; the terminal redacts them",
-            )
-        )
     driver.llm.script(
         Reply(
             tool_calls=[

@@ -180,7 +180,7 @@ class RecordingSurface:
         self.calls.append(Call("thread_context", where, before_ts))
         return None
 
-    async def acknowledge(self, message: ThreadMessage) -> None:
+    async def acknowledge(self, message: ThreadMessage, *, waits: bool) -> None:
         self.calls.append(
             Call("acknowledge", Where(message.channel_id, message.thread_ts), message)
         )

@@ -26,7 +26,7 @@ from bot import metrics
 from bot.access.admission import QueuePosition
 from bot.access.budgets import utc_day, utc_now
 from bot.config import LimitsConfig
-from bot.describe_end import describe_end
+from bot.describe import describe_end
 from bot.engine import ApprovalDecision
 from bot.outcomes import RunEnd, RunOutcome, StopCause
 from bot.sessions.surface import Where

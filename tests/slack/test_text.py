@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from bot.describe import format_duration, format_tokens
 from bot.slack.text import (
     MARKDOWN_BLOCKS_LIMIT,
     MESSAGE_TEXT_LIMIT,
@@ -14,8 +15,6 @@ from bot.slack.text import (
     escape_mrkdwn,
     fit_text,
     format_age,
-    format_duration,
-    format_tokens,
     mention_free,
     mrkdwn_fallback,
     parse_direct_agent,

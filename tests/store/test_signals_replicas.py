@@ -26,7 +26,7 @@ from bot.store import SessionKey
 from bot.store.approvals import ApprovalStore
 from bot.store.models import ApprovalRow
 from bot.store.runs import RunStore
-from bot.subagents.runner import ParentContext
+from bot.subagents.children import ParentContext
 from tests.conftest import make_settings
 from tests.databases import POSTGRES_SERVER, fresh_postgres
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply

@@ -17,7 +17,7 @@ from bot.app import Baton
 from bot.errors import TaskLimitReached
 from bot.store import SessionKey
 from bot.store.tasks import TaskRecord
-from bot.subagents.runner import ParentContext
+from bot.subagents.children import ParentContext
 from tests.databases import POSTGRES_SERVER, fresh_database
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply
 from tests.subagents.harness import make_baton

@@ -29,12 +29,12 @@ from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 
 from bot.errors import ConfigError
+from bot.store.migrations import legacy
+from bot.store.migrations.legacy import FIRST_REVISION
 
 logger = logging.getLogger(__name__)
 
 SCRIPT_LOCATION = Path(__file__).parent
-# The schema as it was when migrations came in; pre-Alembic databases are stamped here.
-FIRST_REVISION = "0001"
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -77,8 +77,6 @@ def upgrade(connection: Connection) -> None:
         )
     newest = script.get_current_head()
     if not stamped:
-        from bot.store.migrations import legacy
-
         tables = set(inspect(connection).get_table_names())
         if tables & legacy.FIRST_TABLES:
             legacy.bring_to_first_revision(connection, script)

@@ -17,6 +17,7 @@ from sqlmodel import SQLModel
 from sqlmodel.sql.sqltypes import AutoString
 
 from bot.store import models  # noqa: F401  (registers every table on SQLModel.metadata)
+from bot.store.database import Database
 
 TARGET_METADATA = SQLModel.metadata
 
@@ -42,8 +43,6 @@ def run_migrations(connection: Connection) -> None:
 
 
 async def _run_on_url(url: str) -> None:
-    from bot.store.database import Database
-
     database = Database(url)
     try:
         async with database.engine.connect() as connection:

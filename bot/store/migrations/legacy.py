@@ -24,6 +24,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
+# The schema as it was when migrations came in; pre-Alembic databases are stamped here.
+FIRST_REVISION = "0001"
 # The tables of the oldest release: one of them present means Baton made the database.
 FIRST_TABLES = frozenset(
     {"sessions", "messages", "tasks", "task_sequences", "task_log", "approvals", "processed_events"}
@@ -53,8 +55,6 @@ ADDED_COLUMNS = (
 
 def bring_to_first_revision(connection: Connection, script: ScriptDirectory) -> None:
     """Add what revision 0001 has and this pre-migrations database lacks."""
-    from bot.store.migrations import FIRST_REVISION
-
     first = script.get_revision(FIRST_REVISION)
     assert first is not None
     inspector = sa.inspect(connection)
