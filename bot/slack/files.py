@@ -62,14 +62,10 @@ TEXT_MIMETYPES = frozenset(
     }
 )
 TEXT_FILETYPES = frozenset(
-    {
-        "text", "markdown", "post", "json", "yaml", "yml", "csv", "tsv", "xml", "html",
-        "css", "javascript", "typescript", "python", "go", "rust", "java", "kotlin", "c",
-        "cpp", "csharp", "ruby", "php", "shell", "bash", "sql", "toml", "ini", "diff",
-        "patch", "dockerfile", "makefile", "swift", "scala", "perl", "lua", "r", "log",
-        "jsx", "tsx", "vue", "graphql", "properties", "config",
-    }
-)  # fmt: skip
+    """text markdown post json yaml yml csv tsv xml html css javascript typescript python
+    go rust java kotlin c cpp csharp ruby php shell bash sql toml ini diff patch dockerfile
+    makefile swift scala perl lua r log jsx tsx vue graphql properties config""".split()
+)
 # Image types models take, by Slack's mimetype (or filetype) of the file.
 IMAGE_MIMETYPES = frozenset({"image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp"})
 IMAGE_FILETYPES = frozenset({"png", "jpg", "jpeg", "gif", "webp"})
@@ -242,8 +238,9 @@ class FileReader:
             what = f"{name}, {mimetype}" + (f", {describe_size(size)}" if size else "")
             return AttachedFile(name=name, note=f"[attached: {what} — not read]")
         if isinstance(size, int) and size > self.max_bytes:
-            return _unread(name, f"{describe_size(size)} is over the "
-                                 f"{describe_size(self.max_bytes)} limit")  # fmt: skip
+            return _unread(
+                name, f"{describe_size(size)} is over the {describe_size(self.max_bytes)} limit"
+            )
         fetched = await self._fetch(file, limit=self.max_bytes)
         if isinstance(fetched, AttachedFile):
             return fetched

@@ -236,8 +236,9 @@ async def serve(settings: Settings) -> None:
             await _connect_socket(socket_handler)
             logger.info(
                 "Baton is connected to Slack in Socket Mode; port %s serves GET /healthz and "
-                "GET /metrics", port,
-            )  # fmt: skip
+                "GET /metrics",
+                port,
+            )
         else:
             logger.info(
                 "Baton listens on port %s (POST %s, GET /healthz, GET /metrics)", port, EVENTS_PATH
