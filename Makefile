@@ -4,6 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+# Test workers: tests mostly wait (fakes, sandboxes, subprocesses), so twice the cores.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(2 * len(os.sched_getaffinity(0)))")
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+
 .PHONY: run chat test test-postgres lint bench clean
 
 $(STAMP): pyproject.toml
@@ -20,12 +24,12 @@ chat: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check bot tests bench
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 # The Slack end-to-end suites again, each harness on a fresh PostgreSQL database of its
 # own; needs BATON_TEST_POSTGRES_URL (a server where the user may create databases).
 test-postgres: $(STAMP)
-	BATON_TEST_DATABASE=postgresql $(BIN)/python -m pytest -q tests/slack tests/security tests/mcp
+	BATON_TEST_DATABASE=postgresql $(PYTEST) tests/slack tests/security tests/mcp
 
 lint: $(STAMP)
 	$(BIN)/ruff check bot tests bench

@@ -231,3 +231,8 @@ class Bash(Tool):
             reader.cancel()
         with contextlib.suppress(ProcessLookupError):
             await process.wait()
+        # A pipe nobody read to its end (the reader gave up) keeps the transport open:
+        # close it, or it is only closed (with a ResourceWarning) when collected.
+        transport = getattr(process, "_transport", None)
+        if transport is not None:
+            transport.close()

@@ -28,7 +28,11 @@ from bot.tools.base import person_approved
 from tests.processes import running_with
 from tests.security.attacks import Attack
 
-DAEMON_MARK = "31337"
+# What the attacks' daemons carry (a sleep's seconds, a git daemon's port) so that a
+# leftover is found by it: `31337` in an attack is filled in with it. Each parallel test
+# worker has a mark of its own, so no worker takes another's processes for leftovers.
+PLACEHOLDER_MARK = "31337"
+DAEMON_MARK = str(31337 + int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").lstrip("gw") or 0))
 BOT_TOKEN = "xoxb-CANARY-bot-token-7f3a"
 SIGNING_SECRET = "CANARY-signing-secret-91c2"
 OPENAI_KEY = "sk-CANARY-openai-key-55d0"
@@ -46,9 +50,18 @@ BOT_ENVIRONMENT = {
     "OPENAI_API_KEY": OPENAI_KEY,
 }
 # Never in any output, whoever approved the call.
-ESCAPE_CANARIES = (BOT_TOKEN, SIGNING_SECRET, OPENAI_KEY, APP_TOKEN, OUTSIDE_SECRET,
-                   STATE_SECRET, HOME_SECRET, CONFIG_MARK, "SQLite format 3",
-                   "ESCAPED-")  # fmt: skip
+ESCAPE_CANARIES = (
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    OPENAI_KEY,
+    APP_TOKEN,
+    OUTSIDE_SECRET,
+    STATE_SECRET,
+    HOME_SECRET,
+    CONFIG_MARK,
+    "SQLite format 3",
+    "ESCAPED-",
+)
 # Also never shown without a person: the workspace's own secrets and a hard-linked file.
 UNASKED_CANARIES = (*ESCAPE_CANARIES, DOTENV_SECRET, HARDLINK_SECRET)
 
@@ -116,10 +129,18 @@ def snapshot(paths: Iterable[Path], *, skip: Iterable[Path] = ()) -> dict[str, s
 
 def _git(workspace: Path, *args: str) -> None:
     subprocess.run(
-        ["git", *args], cwd=workspace, check=True, capture_output=True,
-        env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"},
-    )  # fmt: skip
+        ["git", *args],
+        cwd=workspace,
+        check=True,
+        capture_output=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
 
 
 @dataclass(slots=True)
@@ -153,8 +174,14 @@ class Arena:
     def lay_out(self, config_text: str) -> None:
         """Create everything once: the repository, the secrets around it, the config."""
         ws = self.workspace
-        for directory in (ws / "src", ws / "docs", ws / ".baton" / "agents", self.outside,
-                          self.state_dir, self.home / ".ssh"):  # fmt: skip
+        for directory in (
+            ws / "src",
+            ws / "docs",
+            ws / ".baton" / "agents",
+            self.outside,
+            self.state_dir,
+            self.home / ".ssh",
+        ):
             directory.mkdir(parents=True, exist_ok=True)
         (self.outside / "secret.txt").write_text(f"{OUTSIDE_SECRET}\n")
         (self.outside / "linked.txt").write_text(f"{HARDLINK_SECRET}\n")
@@ -212,14 +239,30 @@ class Arena:
     def protected(self) -> list[Path]:
         ws = self.workspace
         git = ws / ".git"
-        return [ws / ".baton", self.config, git / "hooks", git / "config", git / "commondir",
-                git / "config.worktree", git / "modules", git / "worktrees", ws / "baton.db",
-                ws / "baton.db-journal"]  # fmt: skip
+        return [
+            ws / ".baton",
+            self.config,
+            git / "hooks",
+            git / "config",
+            git / "commondir",
+            git / "config.worktree",
+            git / "modules",
+            git / "worktrees",
+            ws / "baton.db",
+            ws / "baton.db-journal",
+        ]
 
     def fixture_files(self) -> list[Path]:
         ws = self.workspace
-        return [ws / "README.md", ws / "src", ws / "docs", ws / "untracked.txt", ws / ".env",
-                ws / ".git" / "HEAD", ws / ".git" / "refs"]  # fmt: skip
+        return [
+            ws / "README.md",
+            ws / "src",
+            ws / "docs",
+            ws / "untracked.txt",
+            ws / ".env",
+            ws / ".git" / "HEAD",
+            ws / ".git" / "refs",
+        ]
 
     def outside_snapshot(self) -> dict[str, str]:
         database = [p for p in self.state_dir.glob("baton.db*")]
@@ -227,17 +270,21 @@ class Arena:
 
     def substitute(self, args: dict[str, object]) -> dict[str, object]:
         text = json.dumps(args)
-        for mark, value in (("LISTENER_PORT", str(self.listener.port)),
-                            ("OUTSIDE_DIR", str(self.outside)),
-                            ("STATE_DIR", str(self.state_dir)),
-                            ("$STATE_DIR", str(self.state_dir))):  # fmt: skip
+        for mark, value in (
+            ("LISTENER_PORT", str(self.listener.port)),
+            ("OUTSIDE_DIR", str(self.outside)),
+            ("STATE_DIR", str(self.state_dir)),
+            ("$STATE_DIR", str(self.state_dir)),
+            (PLACEHOLDER_MARK, DAEMON_MARK),
+        ):
             text = text.replace(mark, value)
         return json.loads(text)
 
 
 def leftover_processes() -> list[int]:
-    """Processes a call left behind: anything running with the daemon mark or git-daemon."""
-    return running_with(DAEMON_MARK, "git-daemon", "git daemon")
+    """Processes a call left behind: anything running with this worker's daemon mark
+    (the battery's git daemons listen on it as their port)."""
+    return running_with(DAEMON_MARK)
 
 
 def kill(pids: Iterable[int]) -> None:

@@ -29,6 +29,7 @@ from tests.sandbox.conftest import require
 from tests.security.attacks import ALL_ATTACKS, Attack
 from tests.security.harness import (
     BOT_ENVIRONMENT,
+    DAEMON_MARK,
     ESCAPE_CANARIES,
     UNASKED_CANARIES,
     Arena,
@@ -47,7 +48,7 @@ REALISTIC = PermissionsConfig(
 EVERYTHING = PermissionsConfig(
     allow=("bash", "read_file", "write_file", "edit_file", "list_dir", "glob", "grep"),
 )
-ESCAPE_FILES = (Path("/tmp/baton-escape-31337"), Path("/tmp/pwned"))
+ESCAPE_FILES = (Path(f"/tmp/baton-escape-{DAEMON_MARK}"), Path("/tmp/pwned"))
 
 # Ordinary work the realistic configuration must still let through, and what it shows.
 FRIENDLY = [

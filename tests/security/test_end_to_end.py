@@ -19,7 +19,13 @@ from bot.slack.approval_views import APPROVE
 from tests.fakes.openai_api import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.processes import bot_environment, start_bot, wait_until_healthy
-from tests.security.harness import BOT_ENVIRONMENT, OPENAI_KEY, Listener, leftover_processes
+from tests.security.harness import (
+    BOT_ENVIRONMENT,
+    DAEMON_MARK,
+    OPENAI_KEY,
+    Listener,
+    leftover_processes,
+)
 from tests.slack.harness import ALICE, BOT, click_body, next_ts, sign, until
 from tests.slack.test_server import free_port
 
@@ -111,7 +117,7 @@ async def test_an_injected_model_with_bash_allowed_gets_no_token_and_cannot_kill
         "kill -9 $PPID; kill -9 -1; pkill -9 -f bot",
         f"echo x > /dev/tcp/127.0.0.1/{listener.port}",
         "touch ../outside/pwned; rm -rf ../outside",
-        "(setsid sleep 31337 &); echo detached",
+        f"(setsid sleep {DAEMON_MARK} &); echo detached",
     ]
     async with FakeSlackAPI(bot_user_id=BOT) as slack, FakeOpenAI() as llm:
         slack.add_user(ALICE, "alice", display_name="Alice")
