@@ -39,7 +39,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="baton", description="Delegate work to AI agents from Slack or a terminal."
     )
     parser.add_argument(
-        "--log-level", help="logging level (default: LOG_LEVEL from the environment, else INFO)"
+        "--log-level",
+        help="logging level (default: LOG_LEVEL from the environment, else INFO; WARNING for "
+        "chat, whose terminal shows the conversation)",
     )
     parser.add_argument(
         "--log-format",

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    extra.setdefault("LOG_LEVEL", "")  # the default level, whatever the developer's shell says
     # Baton's own files stay beside the test's directory (which may be the workspace),
     # never in the real home.
     state = str(tmp_path.with_name(tmp_path.name + "-state"))
@@ -92,6 +93,10 @@ async def test_chat_streams_asks_for_approval_and_remembers(
     assert "I wrote hello.txt for you." in out
     assert "2 turns" in out
     assert (tmp_path / "ws" / "hello.txt").read_text() == "hi\n"
+    # The terminal shows the conversation only: no library's INFO lines (each HTTP
+    # request to the model) between the prompt and the answer, nor on stderr.
+    assert "HTTP Request" not in out and "HTTP Request" not in err
+    assert " INFO " not in out + err
 
     fake_llm.script(Reply(text="Earlier I wrote hello.txt."))
     code, out, err = await chat(tmp_path, fake_llm, "what did you do?\n")
