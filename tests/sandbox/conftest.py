@@ -96,7 +96,7 @@ def processes_with(marker: str) -> list[int]:
     return running_with(marker)
 
 
-async def wait_until_gone(marker: str, timeout_s: float = 5.0) -> list[int]:
+async def wait_until_gone(marker: str, timeout_s: float = 30.0) -> list[int]:
     """The processes still running with `marker` after waiting up to `timeout_s`."""
     for _ in range(round(timeout_s / 0.05)):
         if not processes_with(marker):

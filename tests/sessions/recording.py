@@ -331,14 +331,14 @@ class Machine:
     def main_requests(self) -> list[RecordedRequest]:
         return [r for r in self.llm.requests if is_main(r)]
 
-    async def idle(self, within: float = 10.0) -> None:
+    async def idle(self, within: float = 30.0) -> None:
         """`turns.idle()`: once nothing the machine started is going on, which proves
         that nothing else happens; a machine that never gets there fails the test after
         `within` seconds instead of hanging it."""
         async with asyncio.timeout(within):
             await self.turns.idle()
 
-    async def settle(self, within: float = 10.0) -> None:
+    async def settle(self, within: float = 30.0) -> None:
         """Until nothing the machine (or a background child) started is going on."""
         async with asyncio.timeout(within):
             await self.turns.idle()
@@ -360,7 +360,7 @@ def user_texts(request: RecordedRequest) -> list[str]:
     return [str(m.get("content")) for m in request.messages if m["role"] == "user"]
 
 
-async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
+async def until(condition: Callable[[], bool], within: float = 30.0) -> None:
     """Poll `condition` until it holds; fail the test after `within` seconds. Only to
     wait for something to happen: that nothing else did is `turns.idle()`'s to prove."""
     async with asyncio.timeout(within):

@@ -29,6 +29,9 @@ from tests.fakes.slack_api import FakeSlackAPI
 SIGNING_SECRET = "test-signing-secret"
 TEAM = "T0001"
 BOT = "UBOT"
+# How long a wait for something to happen may take before the test fails: a cap, not a
+# timing (tests run on parallel workers, often more of them than cores).
+PATIENCE_S = 30.0
 ALICE = "UALICE"
 BOB = "UBOB"
 MAIN_MARK = "You are Baton"
@@ -188,7 +191,7 @@ class SlackHarness:
     def main_requests(self) -> list[Any]:
         return [r for r in self.llm.requests if str(r.messages[0]["content"]).startswith(MAIN_MARK)]
 
-    async def settle(self, within: float = 10.0) -> None:
+    async def settle(self, within: float = PATIENCE_S) -> None:
         """Wait until every run, task and notification in flight has finished (benchmarks
         at Slack's real pace give it longer than tests)."""
         await until(lambda: not any(not t.done() for t in self.surface.turns._tasks), within)
@@ -196,7 +199,7 @@ class SlackHarness:
         await until(lambda: not any(not t.done() for t in self.surface.turns._tasks), within)
 
 
-async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
+async def until(condition: Callable[[], bool], within: float = PATIENCE_S) -> None:
     """Poll `condition` until it holds; fail the test after `within` seconds."""
     async with asyncio.timeout(within):
         # Polling is the point: the condition is state in fakes, with no event to wait on.
