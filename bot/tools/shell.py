@@ -175,8 +175,8 @@ class Bash(Tool):
         return "\n".join([output, *notes])
 
     async def _run(self, argv: list[str], timeout_s: int) -> str:
-        try:
-            process = await asyncio.create_subprocess_exec(
+        starting = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
                 *argv,
                 cwd=self.workspace.root,
                 env=self.environment,
@@ -188,8 +188,18 @@ class Bash(Tool):
                 start_new_session=True,
                 **(self.sandbox.credentials() if self.sandbox is not None else {}),
             )
+        )
+        try:
+            process = await asyncio.shield(starting)
         except OSError as exc:
             raise ToolError(f"could not start {argv[0]}: {exc}") from exc
+        except asyncio.CancelledError:
+            # Cancelled while it was being started: the command may run already (and
+            # start others), so it is killed like any cancelled command.
+            with contextlib.suppress(Exception):
+                started = await starting
+                await self._kill(started, None)
+            raise
         output = _BoundedOutput(self.output_limit)
         reader = asyncio.create_task(self._collect(process, output))
         try:
@@ -222,13 +232,14 @@ class Bash(Tool):
             output.add(chunk)
 
     @staticmethod
-    async def _kill(process: asyncio.subprocess.Process, reader: asyncio.Task[None]) -> None:
+    async def _kill(process: asyncio.subprocess.Process, reader: asyncio.Task[None] | None) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
-        try:
-            await asyncio.wait_for(asyncio.shield(reader), timeout=DRAIN_AFTER_KILL_S)
-        except (TimeoutError, asyncio.CancelledError):
-            reader.cancel()
+        if reader is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(reader), timeout=DRAIN_AFTER_KILL_S)
+            except (TimeoutError, asyncio.CancelledError):
+                reader.cancel()
         with contextlib.suppress(ProcessLookupError):
             await process.wait()
         # A pipe nobody read to its end (the reader gave up) keeps the transport open:
