@@ -233,6 +233,15 @@ class Bash(Tool):
 
     @staticmethod
     async def _kill(process: asyncio.subprocess.Process, reader: asyncio.Task[None] | None) -> None:
+        # Its descendants first, found while they are still its descendants: bwrap's
+        # inner process starts a session of its own, and killed before it armed
+        # --die-with-parent (a cancel as the command starts) it would outlive the group.
+        for pid in (*descendants(process.pid), process.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+        for pid in (*descendants(process.pid), process.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
         if reader is not None:
@@ -247,3 +256,26 @@ class Bash(Tool):
         transport = getattr(process, "_transport", None)
         if transport is not None:
             transport.close()
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (children first), read from /proc; empty elsewhere."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    # The parent is the second field after the name, which may hold spaces.
+                    parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    queue = list(children.get(pid, ()))
+    while queue:
+        child = queue.pop(0)
+        found.append(child)
+        queue.extend(children.get(child, ()))
+    return found
