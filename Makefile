@@ -4,8 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-# Test workers: tests mostly wait (fakes, sandboxes, subprocesses), so twice the cores.
-TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(2 * len(os.sched_getaffinity(0)))")
+# Test workers (pytest-xdist): 0 runs the suite in one process, as CI does for now;
+# `make test TEST_WORKERS=4` runs it about three times as fast on an idle 2-core machine,
+# but under load some timing-bound tests still fail there (see CHANGELOG, issue 25).
+TEST_WORKERS ?= 0
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 .PHONY: run chat test test-postgres lint bench clean
