@@ -40,8 +40,6 @@ NO_ANSWER_TEXT = "(no answer text)"
 ANSWER_FILENAME = "answer.md"
 
 _FENCE = re.compile(r"^ {0,3}(`{3,})(.*)$")
-_AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
-_DIRECT_AGENT = re.compile(r"@([^\s]+)(?:\s+(.*))?", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -388,18 +386,3 @@ def mention_free(text: str, bot_user_id: str) -> str:
     if bot_user_id:
         text = re.sub(rf"<@{re.escape(bot_user_id)}(?:\|[^>]*)?>[ \t]*", "", text)
     return text.strip()
-
-
-def parse_direct_agent(text: str) -> tuple[str, str] | None:
-    """Read `@name task text` at the start of a mention-free message.
-
-    A typed `@explore` that is no Slack user arrives as plain text; a real user
-    mention arrives as `<@U…>` and is never an agent.
-
-    Returns:
-        (agent name, the rest stripped), or None when the text does not start so.
-    """
-    match = _DIRECT_AGENT.fullmatch(text.strip())
-    if match is None or not _AGENT_NAME.fullmatch(match.group(1)):
-        return None
-    return match.group(1), (match.group(2) or "").strip()

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from bot.describe import format_duration, format_tokens
+from bot.sessions.run import parse_direct_agent
 from bot.slack.text import (
     MARKDOWN_BLOCKS_LIMIT,
     MESSAGE_TEXT_LIMIT,
@@ -17,7 +18,6 @@ from bot.slack.text import (
     format_age,
     mention_free,
     mrkdwn_fallback,
-    parse_direct_agent,
     plan_answer,
     split_text,
     to_mrkdwn,
