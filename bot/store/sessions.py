@@ -237,8 +237,9 @@ class SessionStore:
     async def append(self, session_id: int, messages: Sequence[ChatMessage]) -> None:
         """Add messages after the session's last one, in one transaction.
 
-        Two processes appending to one session at once collide on (session, seq);
-        the loser reads the new end and tries again, so no turn is lost.
+        Appenders to one session take turns on the session's row; should two still
+        collide on (session, seq), the loser reads the new end and tries again, so no
+        turn is lost.
         """
         if not messages:
             return
@@ -252,11 +253,17 @@ class SessionStore:
 
     async def _append_once(self, session_id: int, messages: Sequence[ChatMessage]) -> None:
         async with self.database.sessions() as session:
+            now = utcnow()
+            # The session's row first: that write waits for any other appender to commit
+            # (a row lock on PostgreSQL, the write lock on SQLite), so the end read next
+            # is the real one and appenders take turns instead of colliding.
+            await session.exec(
+                update(SessionRow).where(col(SessionRow.id) == session_id).values(updated_at=now)
+            )
             result = await session.exec(
                 select(func.max(MessageRow.seq)).where(MessageRow.session_id == session_id)
             )
             last = result.one() or 0
-            now = utcnow()
             rows = [
                 {
                     "session_id": session_id,
@@ -273,9 +280,6 @@ class SessionStore:
             # One INSERT of many rows: as ORM objects each message was a statement of
             # its own (a fan-out's turn is 30-odd messages, written as its children start).
             await session.exec(_MESSAGE_INSERT, params=rows)  # type: ignore[call-overload]
-            await session.exec(
-                update(SessionRow).where(col(SessionRow.id) == session_id).values(updated_at=now)
-            )
             await session.commit()
 
 

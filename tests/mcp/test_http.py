@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from bot.config import McpServerConfig
 from bot.errors import ToolError
 from bot.sandbox import Sandbox
 from tests.mcp.conftest import HttpDemo, make_server, started, until
+from tests.ports import free_port
 
 
 async def test_listing_calling_and_headers_with_variables(
@@ -56,9 +56,7 @@ async def test_a_server_that_stops_is_reported_and_its_calls_fail_clearly(
 
 
 async def test_nothing_listening_fails_the_server_with_the_reason(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     config = McpServerConfig(url=f"http://127.0.0.1:{port}/mcp", headers={"X-Token": "${TOK}"})
     server = make_server("tracker", config, tmp_path, environ={"TOK": "secret-tok"})
     group = await started([server], Sandbox.unavailable("none here"))

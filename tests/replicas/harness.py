@@ -29,9 +29,9 @@ import aiohttp
 from tests.databases import fresh_postgres
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest
 from tests.fakes.slack_api import FakeSlackAPI
+from tests.ports import free_port
 from tests.processes import bot_environment
 from tests.slack.harness import ALICE, BOB, BOT, MAIN_MARK, SIGNING_SECRET, TEAM, click_body, sign
-from tests.slack.test_operable import free_port
 
 EVENTS_PATH = "/slack/events"
 # Two cores run the fakes, the test and every replica: starting takes a while.

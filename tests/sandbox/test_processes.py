@@ -106,4 +106,3 @@ async def test_cancelling_kills_everything(site: Site, sandbox: Sandbox) -> None
         await task
     assert await wait_until_gone(child) == []
     assert await wait_until_gone(daemon) == []
-

@@ -18,6 +18,7 @@ import aiohttp
 from bot.slack.approval_views import APPROVE
 from tests.fakes.openai_api import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.slack_api import FakeSlackAPI
+from tests.ports import free_port
 from tests.processes import bot_environment, start_bot, wait_until_healthy
 from tests.security.harness import (
     BOT_ENVIRONMENT,
@@ -27,7 +28,6 @@ from tests.security.harness import (
     leftover_processes,
 )
 from tests.slack.harness import ALICE, BOT, click_body, next_ts, sign, until
-from tests.slack.test_server import free_port
 
 SIGNING = BOT_ENVIRONMENT["SLACK_SIGNING_SECRET"]
 

@@ -32,6 +32,9 @@ BOT = "UBOT"
 # How long a wait for something to happen may take before the test fails: a cap, not a
 # timing (tests run on parallel workers, often more of them than cores).
 PATIENCE_S = 30.0
+# How long the harness lets runs and tasks still going finish when a test ends: many
+# tests leave a child waiting forever on purpose, and nothing is checked after the end.
+TEARDOWN_GRACE_S = 0.5
 ALICE = "UALICE"
 BOB = "UBOB"
 MAIN_MARK = "You are Baton"
@@ -250,6 +253,6 @@ async def _start_harness(
             try:
                 yield harness
             finally:
-                await surface.stop(5)
+                await surface.stop(TEARDOWN_GRACE_S)
                 await server.stop()
                 await baton.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -20,14 +19,9 @@ from tests.conftest import make_settings
 from tests.fakes.openai_api import FakeOpenAI, Reply, ToolCallSpec
 from tests.fakes.slack_api import FakeSlackAPI
 from tests.fakes.socket_mode import FakeSocketMode
+from tests.ports import free_port
 from tests.processes import bot_environment, wait_until_healthy
 from tests.slack.harness import ALICE, BOT, SIGNING_SECRET, next_ts, until
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def start_bot(cwd: Path, env: dict[str, str], *args: str) -> asyncio.subprocess.Process:

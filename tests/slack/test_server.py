@@ -5,21 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 from pathlib import Path
 
 import aiohttp
 
 from tests.fakes.openai_api import FakeOpenAI, Reply
 from tests.fakes.slack_api import FakeSlackAPI
+from tests.ports import free_port
 from tests.processes import bot_environment, start_bot, wait_until_healthy
 from tests.slack.harness import ALICE, BOT, SIGNING_SECRET, next_ts, sign, until
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_http_mode_serves_and_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
