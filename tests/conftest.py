@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import inspect
 import ipaddress
 import os
@@ -43,6 +44,27 @@ def harness_database_kind() -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     harness_database_kind()  # a wrong or unusable BATON_TEST_DATABASE stops the run at once
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[pytest.TestReport]:
+    """After a test that failed, collect its garbage before the next test starts.
+
+    A failed test may leave a database connection its teardown never returned. Were it
+    collected later, inside the next test's database call, SQLAlchemy's finalizer would
+    switch into that call's greenlet and break it, and every test after it on the worker.
+    """
+    report: pytest.TestReport = yield
+    if report.failed:
+        item.stash[_FAILED] = True
+    if report.when == "teardown" and item.stash.get(_FAILED, False):
+        gc.collect()
+    return report
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -237,22 +237,22 @@ async def _start_harness(
             slack_bot_token="xoxb-test", slack_signing_secret=SIGNING_SECRET,
             slack_api_url=slack.url, **overrides,
         )  # fmt: skip
-        baton = await build_baton(settings)
-        surface = SlackSurface(
-            baton,
-            approval_poll_s=0.05,
-            rate_budget=rate_budget or RateBudget.scaled(TEST_BUDGET_SPEED),
-        )
-        await surface.start()
-        server = HttpServer(surface, host="127.0.0.1", port=0)
-        await server.start()
-        async with aiohttp.ClientSession() as http:
-            harness = SlackHarness(
+        async with contextlib.AsyncExitStack() as cleanup:
+            # Each part is stopped even when stopping another failed (or a start did):
+            # a database left open here would be collected during a later test.
+            baton = await build_baton(settings)
+            cleanup.push_async_callback(baton.close)
+            surface = SlackSurface(
+                baton,
+                approval_poll_s=0.05,
+                rate_budget=rate_budget or RateBudget.scaled(TEST_BUDGET_SPEED),
+            )
+            await surface.start()
+            cleanup.push_async_callback(surface.stop, TEARDOWN_GRACE_S)
+            server = HttpServer(surface, host="127.0.0.1", port=0)
+            await server.start()
+            cleanup.push_async_callback(server.stop)
+            http = await cleanup.enter_async_context(aiohttp.ClientSession())
+            yield SlackHarness(
                 slack=slack, llm=llm, baton=baton, surface=surface, server=server, http=http
             )
-            try:
-                yield harness
-            finally:
-                await surface.stop(TEARDOWN_GRACE_S)
-                await server.stop()
-                await baton.close()
