@@ -32,6 +32,10 @@ MAX_TIMEOUT_S = 600
 # After killing a process group, how long to wait for its pipe to drain. A process
 # that escaped the group with setsid() could hold the pipe open for ever.
 DRAIN_AFTER_KILL_S = 2.0
+# A kill stops a command's processes before it kills them; a stop lands within a tick
+# of the scheduler, so waiting longer means one is stuck (in the kernel), killed anyway.
+STOP_WAIT_S = 2.0
+STOP_POLL_S = 0.002
 
 
 class BashArgs(ToolArguments):
@@ -233,17 +237,8 @@ class Bash(Tool):
 
     @staticmethod
     async def _kill(process: asyncio.subprocess.Process, reader: asyncio.Task[None] | None) -> None:
-        # Its descendants first, found while they are still its descendants: bwrap's
-        # inner process starts a session of its own, and killed before it armed
-        # --die-with-parent (a cancel as the command starts) it would outlive the group.
-        for pid in (*descendants(process.pid), process.pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGSTOP)
-        for pid in (*descendants(process.pid), process.pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
+        # Shielded: a second cancel (a shutdown after a cancel) must not stop it halfway.
+        await asyncio.shield(kill_tree(process.pid))
         if reader is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(reader), timeout=DRAIN_AFTER_KILL_S)
@@ -256,6 +251,48 @@ class Bash(Tool):
         transport = getattr(process, "_transport", None)
         if transport is not None:
             transport.close()
+
+
+async def kill_tree(root: int) -> None:
+    """Kill `root` and every process below it, and none can fork away meanwhile.
+
+    The tree, not only the group: bwrap's inner process starts a session of its own,
+    and killed before it armed --die-with-parent it would outlive the group. Every
+    process found is stopped first, and the tree is read again until it shows no new
+    process and all of it has stopped (a stopped process cannot fork); then all of
+    it is killed. A process that will not stop is killed after STOP_WAIT_S anyway.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STOP_WAIT_S
+    found: list[int] = []
+    while True:
+        tree = [root, *descendants(root)]
+        new = [pid for pid in tree if pid not in found]
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+        found.extend(new)
+        if (not new and all(_stopped(pid) for pid in tree)) or loop.time() > deadline:
+            break
+        await asyncio.sleep(STOP_POLL_S)
+    for pid in found:
+        _signal(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(root, signal.SIGKILL)
+
+
+def _signal(pid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether `pid` is stopped, a zombie or gone: it cannot start anything any more."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in (b"T", b"t", b"Z", b"X", b"x")
 
 
 def descendants(pid: int) -> list[int]:

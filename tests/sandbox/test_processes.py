@@ -106,3 +106,25 @@ async def test_cancelling_kills_everything(site: Site, sandbox: Sandbox) -> None
         await task
     assert await wait_until_gone(child) == []
     assert await wait_until_gone(daemon) == []
+
+
+async def test_cancelling_while_the_command_starts_kills_it_too(
+    site: Site, sandbox: Sandbox
+) -> None:
+    """A cancel that lands at any step of the start (the sandbox may run already, and
+    start others) leaves nothing running: the start is finished, then its whole tree
+    is stopped and killed, and nothing in it can fork away meanwhile."""
+    markers = []
+    for turns in range(40):
+        child = marker()
+        markers.append(child)
+        task = asyncio.create_task(
+            site.bash(sandbox).run(BashArgs(command=f"sleep {child} & sleep {child}"))
+        )
+        for _ in range(turns):
+            await asyncio.sleep(0)  # the start is under way, not done
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    for child in markers:
+        assert await wait_until_gone(child) == [], child
