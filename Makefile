@@ -4,11 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-# Test workers (pytest-xdist): 0 runs the suite in one process, as CI does for now;
-# `make test TEST_WORKERS=4` runs it about three times as fast on an idle 2-core machine,
-# but under load some timing-bound tests still fail there (see CHANGELOG, issue 25).
-TEST_WORKERS ?= 0
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+# Test workers (pytest-xdist): the tests mostly wait on sockets and processes, so four
+# workers fill a 2-core machine; `make test TEST_WORKERS=0` runs them in one process.
+# worksteal: an idle worker takes tests queued for a busy one (one test takes ~80 s).
+TEST_WORKERS ?= 4
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 .PHONY: run chat test test-postgres lint bench clean
 
