@@ -58,7 +58,9 @@ async def patiently(
             await asyncio.sleep(wait)
 
 
-async def post_text(client: AsyncWebClient, *, channel: str, thread_ts: str, text: str) -> None:
+async def post_text(
+    client: AsyncWebClient, *, channel: str, thread_ts: str | None, text: str
+) -> None:
     """A plain message, split when needed, posted through rate limits."""
     for chunk in split_text(text, MESSAGE_TEXT_LIMIT) or [text]:
         await patiently(
@@ -73,7 +75,7 @@ def _refused_blocks(exc: SlackApiError) -> bool:
 
 
 async def _post_blocks(
-    client: AsyncWebClient, *, channel: str, thread_ts: str, text: str, blocks: list[dict]
+    client: AsyncWebClient, *, channel: str, thread_ts: str | None, text: str, blocks: list[dict]
 ) -> bool:
     """Post one message with blocks; False (nothing posted) if Slack refused the blocks."""
     try:
@@ -94,7 +96,7 @@ async def post_messages(
     client: AsyncWebClient,
     *,
     channel: str,
-    thread_ts: str,
+    thread_ts: str | None,
     messages: list[AnswerMessage],
     file: AnswerFile | None = None,
     footer: list[dict] | None = None,

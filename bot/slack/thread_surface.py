@@ -361,7 +361,9 @@ class SlackThreadSurface:
             await post_messages(
                 self.client,
                 channel=where.channel_id,
-                thread_ts=where.thread_ts,
+                # A DM is one conversation over many Slack threads: its results are a
+                # new message of it, not a reply to a thread named "dm".
+                thread_ts=None if where.thread_ts == DM_THREAD else where.thread_ts,
                 messages=[
                     AnswerMessage(
                         text=fit_text("\n\n".join(post.text for post in posts)),

@@ -6,7 +6,9 @@ import asyncio
 import json
 
 from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec
+from tests.fakes.slack_api import RecordedCall
 from tests.slack.harness import ALICE, BOB, MAIN_MARK, SlackHarness, until
+from tests.slack.test_quiet_threads import dm
 
 EXPLORE = "Your job is to investigate"
 
@@ -64,6 +66,44 @@ async def test_background_result_is_posted_back_and_reaches_the_next_turn(
     await harness.settle()
     prompt = [r for r in harness.llm.requests if is_main(r)][-1].messages[-1]["content"]
     assert '<task id="task-explore-1" agent="explore" state="completed">' in prompt
+    assert "There are 3 TODOs in src/." in prompt
+
+
+async def test_a_background_result_in_a_dm_is_a_new_message_of_the_conversation(
+    harness: SlackHarness,
+) -> None:
+    """A DM is one conversation over many Slack threads (its session is the DM's, not a
+    thread's): a finished task is posted as a new message of the DM, never as a reply
+    to a thread named after the session ("dm"), and the next message reads it."""
+    release = asyncio.Event()
+    main_replies = [background("count the TODOs in src"), Reply(text="Started a task."),
+                    Reply(text="It found 3 TODOs.")]  # fmt: skip
+
+    async def respond(request: RecordedRequest) -> Reply:
+        if is_main(request):
+            return main_replies.pop(0)
+        await release.wait()
+        return Reply(text="There are 3 TODOs in src/.")
+
+    harness.llm.responder = respond
+    ts = await dm(harness, "count TODOs in the background")
+    await until(lambda: "Started a task." in json.dumps(harness.thread("D1", ts)))
+    release.set()
+
+    def result_posts() -> list[RecordedCall]:
+        return [
+            c
+            for c in harness.slack.calls_to("chat.postMessage")
+            if "There are 3 TODOs" in json.dumps(c.params)
+        ]
+
+    await until(lambda: bool(result_posts()))
+    assert [c.params.get("channel") for c in result_posts()] == ["D1"]
+    assert [c.params.get("thread_ts") for c in result_posts()] == [None]
+    assert not [c for c in harness.slack.calls if c.params.get("thread_ts") == "dm"]
+    await dm(harness, "what did it find?")
+    await harness.settle()
+    prompt = [r for r in harness.llm.requests if is_main(r)][-1].messages[-1]["content"]
     assert "There are 3 TODOs in src/." in prompt
 
 
