@@ -17,12 +17,6 @@ from typing import Any
 
 from bot.engine.messages import ChatMessage
 
-with warnings.catch_warnings():
-    # bpe-openai reads its tables with importlib.resources.open_binary, which Python
-    # 3.11 calls deprecated, as it is imported; nothing to act on here.
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import bpe_openai
-
 ENCODING = "o200k_base"
 # Chat framing the provider adds around each message, each tool call and the request.
 MESSAGE_OVERHEAD = 4
@@ -52,13 +46,19 @@ MIN_WINDOW = 1_024
 @functools.cache
 def _encoding() -> Any:
     with warnings.catch_warnings():
+        # bpe-openai reads its tables with importlib.resources.open_binary, which
+        # Python 3.11 calls deprecated, as it is imported; nothing to act on here.
         warnings.simplefilter("ignore", DeprecationWarning)
+        # Imported here, not with the module: importing it builds every table (most of
+        # a second of CPU), which commands that count no tokens need not wait for.
+        import bpe_openai
+
         return bpe_openai.get_encoding(ENCODING)
 
 
 def load_encoding() -> None:
-    """Build the tokenizer's tables now (a few tenths of a second of CPU), at start-up,
-    rather than in the first request of the first run."""
+    """Import the tokenizer and build its tables now (most of a second of CPU), at
+    start-up and off the event loop, rather than in the first request of the first run."""
     _encoding()
 
 
