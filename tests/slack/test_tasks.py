@@ -40,9 +40,9 @@ def buttons(blocks: list[dict]) -> list[dict]:
     return found
 
 
-async def test_background_result_is_posted_back_and_reaches_the_next_turn(
-    harness: SlackHarness,
-) -> None:
+def script_counting_task(harness: SlackHarness) -> asyncio.Event:
+    """The model starts a background task that counts TODOs and says so; the child
+    answers once the returned event is set; the next turn says what it found."""
     release = asyncio.Event()
     main_replies = [background("count the TODOs in src"), Reply(text="Started a task."),
                     Reply(text="It found 3 TODOs.")]  # fmt: skip
@@ -54,6 +54,13 @@ async def test_background_result_is_posted_back_and_reaches_the_next_turn(
         return Reply(text="There are 3 TODOs in src/.")
 
     harness.llm.responder = respond
+    return release
+
+
+async def test_background_result_is_posted_back_and_reaches_the_next_turn(
+    harness: SlackHarness,
+) -> None:
+    release = script_counting_task(harness)
     ts = await harness.mention("count TODOs in the background")
     # The turn ends while the child still works.
     await until(lambda: "Started a task." in json.dumps(harness.thread("C1", ts)))
@@ -75,17 +82,7 @@ async def test_a_background_result_in_a_dm_is_a_new_message_of_the_conversation(
     """A DM is one conversation over many Slack threads (its session is the DM's, not a
     thread's): a finished task is posted as a new message of the DM, never as a reply
     to a thread named after the session ("dm"), and the next message reads it."""
-    release = asyncio.Event()
-    main_replies = [background("count the TODOs in src"), Reply(text="Started a task."),
-                    Reply(text="It found 3 TODOs.")]  # fmt: skip
-
-    async def respond(request: RecordedRequest) -> Reply:
-        if is_main(request):
-            return main_replies.pop(0)
-        await release.wait()
-        return Reply(text="There are 3 TODOs in src/.")
-
-    harness.llm.responder = respond
+    release = script_counting_task(harness)
     ts = await dm(harness, "count TODOs in the background")
     await until(lambda: "Started a task." in json.dumps(harness.thread("D1", ts)))
     release.set()
