@@ -18,17 +18,19 @@ from bot.engine.tokens import TokenCounter, load_encoding
 from bot.errors import ConfigError
 from bot.mcp import McpServers, build_servers
 from bot.permissions.hook import PermissionHook
+from bot.project_instructions import read_project_instructions
+from bot.project_instructions import summary as instructions_summary
 from bot.redaction import Redactor
 from bot.sandbox import Sandbox, sqlite_companions
 from bot.sessions import Conversations
 from bot.sessions.turns import TurnParts
-from bot.sites import SharedParts, Site, agent_roots, build_site, site_directories
+from bot.sites import SharedParts, Site, agent_registry, build_site, site_directories
 from bot.store import Database, EventLedger, SessionStore
 from bot.store.instances import HEARTBEAT_EVERY_S, STALE_AFTER_S, Instances
 from bot.store.signals import Signals
 from bot.store.tasks import TaskRecord, TaskStore
 from bot.store.usage import UsageStore
-from bot.subagents import BUILTIN_AGENTS, AgentRegistry, SubAgentRunner, TaskTracker
+from bot.subagents import AgentRegistry, SubAgentRunner, TaskTracker
 from bot.subagents.branches import discard_branch, merge_branch
 from bot.subagents.worktree import ProtectedFile
 from bot.tools import ToolRegistry, Workspace
@@ -180,6 +182,24 @@ class Baton:
         return all(site.sandbox.available for site in self.sites)
 
     @property
+    def agents_summary(self) -> str:
+        """One line per workspace for App Home: its agents, the files refused and why,
+        how many agents loading changed (`baton agents` says what), and the project
+        instructions runs read there."""
+        lines = []
+        for site in self.sites:
+            definitions = site.agents.definitions()
+            line = f"Agents in {site.root}: {len(definitions)}"
+            if noted := sum(1 for d in definitions if d.notes):
+                line += f" ({noted} loaded with changes; `baton agents` lists them)"
+            for refused in site.agents.invalid:
+                line += f"; refused {refused.path}: {refused.reason}"
+            if (instructions := read_project_instructions(site.root)) is not None:
+                line += f"; runs read {instructions_summary(instructions)}"
+            lines.append(line)
+        return "\n".join(lines)
+
+    @property
     def sandbox_notice(self) -> str | None:
         """What people must know when commands cannot be contained; None when they can."""
         unsandboxed = [site for site in self.sites if not site.sandbox.available]
@@ -244,11 +264,12 @@ def protected_files(
 
 
 def build_agent_registry(settings: Settings, workspace: Path | None = None) -> AgentRegistry:
-    """Agent files from `<workspace>/.baton/agents`, then `agent_dirs`, then built-ins.
+    """A site's agents (roots: see `agent_roots`), then built-ins, with the aliases of
+    baton.yaml.
 
     `workspace` is a site's directory; the default workspace when not given.
     """
-    return AgentRegistry(agent_roots(settings, workspace or settings.workspace), BUILTIN_AGENTS)
+    return agent_registry(settings, workspace or settings.workspace)
 
 
 async def build_baton(settings: Settings) -> Baton:
@@ -269,7 +290,6 @@ async def build_baton(settings: Settings) -> Baton:
     )
     await database.create_schema()
     instances = Instances(database)
-    await instances.register()
     llm = LLMClient(
         openai_client,
         max_concurrent=settings.model_calls.max_concurrent,
@@ -316,7 +336,11 @@ async def build_baton(settings: Settings) -> Baton:
     mcp.start(default_site.sandbox)
     # Never raises: a listener that cannot connect yet retries in the background.
     await signals.start()
-    return Baton(
+    # Registered last, and beating from then on: a start-up slowed down (sandbox
+    # probes, a loaded machine) must not outlast STALE_AFTER_S between registering and
+    # the first beat, or the other replicas would declare this process dead.
+    await instances.register()
+    baton = Baton(
         settings=settings,
         model=model,
         database=database,
@@ -337,3 +361,5 @@ async def build_baton(settings: Settings) -> Baton:
         mcp=mcp,
         protected_files=protected_files(config_files, database_files),
     )
+    baton.start_heartbeat()
+    return baton

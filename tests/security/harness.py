@@ -265,7 +265,14 @@ class Arena:
         ]
 
     def outside_snapshot(self) -> dict[str, str]:
-        database = [p for p in self.state_dir.glob("baton.db*")]
+        # Baton's own databases in its state directory (the battery's arenas name them
+        # baton.db or b.db) change as it works: its heartbeat writes there all along.
+        database = [
+            p
+            for name in ("baton.db", "b.db")
+            for p in self.state_dir.glob(f"{name}*")
+            if p.name in {name, f"{name}-wal", f"{name}-shm", f"{name}-journal"}
+        ]
         return snapshot([self.root], skip=[self.workspace, *database])
 
     def substitute(self, args: dict[str, object]) -> dict[str, object]:
