@@ -179,12 +179,13 @@ def _render_workspace_agents(settings: Settings, directory: Path) -> str:
     tools = build_workspace_tools(Workspace(directory), environment={})
     rows = [("NAME", "SOURCE", "TOOLS", "MODEL", "MAX TURNS", "OPTIONS")]
     for definition in registry.definitions():
+        listed_tools = definition.tools or ()
         shown = ", ".join(definition.resolve_tools(tools).names()) or "none"
-        if not definition.tools and not definition.disallowed_tools:
+        if definition.tools is None and not definition.disallowed_tools:
             shown += " (inherits all)"
-        if listed := [name for name in definition.tools if name.startswith(MCP_PREFIX)]:
+        if listed := [name for name in listed_tools if name.startswith(MCP_PREFIX)]:
             shown += f" + {', '.join(listed)} (while its MCP server is up)"
-        named = {*definition.tools, *definition.disallowed_tools} - {"task"}
+        named = {*listed_tools, *definition.disallowed_tools} - {"task"}
         if unknown := sorted(
             name for name in named if name not in tools and not _configured_mcp(name, settings)
         ):
@@ -204,6 +205,11 @@ def _render_workspace_agents(settings: Settings, directory: Path) -> str:
         "  ".join(cell.ljust(widths[i]) if i < 5 else cell for i, cell in enumerate(row)).rstrip()
         for row in rows
     ]
+    if noted := [d for d in registry.definitions() if d.notes]:
+        lines += ["", "What loading mapped, left out or kept unused:"]
+        for definition in noted:
+            lines.append(f"  {definition.name} ({definition.source}):")
+            lines += [f"    - {note}" for note in definition.notes]
     if registry.invalid:
         lines += ["", "Invalid agent files (skipped):"]
         lines += [f"  {item.path}: {item.reason}" for item in registry.invalid]

@@ -62,6 +62,11 @@ _USER_OR_GROUP = re.compile(r"^[UWS][A-Z0-9]{1,31}$")
 # Slack ids: users U…/W…, user groups S…, channels C…/G…/D….
 UserOrGroupId = Annotated[str, StringConstraints(pattern=r"^[UWS][A-Z0-9]{1,31}$")]
 ChannelId = Annotated[str, StringConstraints(pattern=r"^[CGD][A-Z0-9]{1,31}$")]
+# A name as an agent file writes it (a model, a tool), and a model's name at the provider.
+AliasName = Annotated[str, StringConstraints(pattern=r"^\S{1,200}$")]
+ModelName = Annotated[str, StringConstraints(pattern=r"^\S{1,200}$")]
+# A tool Baton has: built in (read_file) or an MCP server's (mcp__<server>__<tool>).
+ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
 
 
 class AskRuleConfig(BaseModel):
@@ -303,7 +308,16 @@ class FileConfig(BaseModel):
     # On SIGTERM, how long runs and background tasks may go on finishing.
     shutdown_grace_s: float = Field(default=DEFAULT_SHUTDOWN_GRACE_S, gt=0)
     approvers: tuple[str, ...] = ()
-    agent_dirs: tuple[Path, ...] | None = None
+    # Roots of agent files after the workspace's .baton/agents and .claude/agents; the
+    # agents shipped with Baton come after them unless `shipped_agents` is false.
+    agent_dirs: tuple[Path, ...] = ()
+    shipped_agents: bool = True
+    # Model names in agent files (Claude Code's sonnet, opus, haiku; any other) -> the
+    # provider's model names.
+    model_aliases: dict[AliasName, ModelName] = Field(default_factory=dict)
+    # Tool names in agent files that Baton lacks (WebFetch, …) -> a tool it has (often
+    # an MCP server's, mcp__<server>__<tool>).
+    tool_aliases: dict[AliasName, ToolName] = Field(default_factory=dict)
     permissions: PermissionsConfig = PermissionsConfig()
     sandbox: SandboxConfig = SandboxConfig()
     self_approval: bool = True
@@ -372,7 +386,11 @@ class Settings(BaseModel):
     max_task_depth: int = 2
     approval_timeout_s: float
     approvers: tuple[str, ...]
+    # Every root of agent files after the workspace's own (.baton/agents, .claude/agents):
+    # `agent_dirs` as configured, then the shipped agents unless `shipped_agents: false`.
     agent_dirs: tuple[Path, ...]
+    model_aliases: dict[str, str] = Field(default_factory=dict)
+    tool_aliases: dict[str, str] = Field(default_factory=dict)
     permissions: PermissionsConfig
     sandbox: SandboxConfig
     self_approval: bool = True
@@ -444,15 +462,19 @@ def load_settings(cwd: Path | None = None) -> Settings:
     )
     _make_state_dir(state_dir)
     database_url, database_origin = _database_url(env.database_url, state_dir, base)
-    if file_config.agent_dirs is None:
-        agent_dirs: tuple[Path, ...] = (DEFAULT_AGENTS_DIR,)
-    else:
-        # Relative agent directories are read from where the config file lives.
-        anchor = config_path.parent if config_path else base
-        agent_dirs = tuple(
-            d.expanduser() if d.expanduser().is_absolute() else anchor / d
-            for d in file_config.agent_dirs
+    # Relative agent directories are read from where the config file lives.
+    anchor = config_path.parent if config_path else base
+    agent_dirs = tuple(
+        dict.fromkeys(
+            [
+                *(
+                    d.expanduser() if d.expanduser().is_absolute() else anchor / d
+                    for d in file_config.agent_dirs
+                ),
+                *((DEFAULT_AGENTS_DIR,) if file_config.shipped_agents else ()),
+            ]
         )
+    )
     return Settings(
         slack_bot_token=env.slack_bot_token or None,
         slack_signing_secret=env.slack_signing_secret or None,
@@ -473,6 +495,8 @@ def load_settings(cwd: Path | None = None) -> Settings:
         approval_timeout_s=file_config.approval_timeout_s,
         approvers=file_config.approvers,
         agent_dirs=agent_dirs,
+        model_aliases=file_config.model_aliases,
+        tool_aliases=file_config.tool_aliases,
         permissions=file_config.permissions,
         sandbox=file_config.sandbox,
         self_approval=file_config.self_approval,

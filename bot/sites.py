@@ -95,8 +95,23 @@ class SharedParts:
 
 
 def agent_roots(settings: Settings, directory: Path) -> list[Path]:
-    """Where a site's agents come from: `<dir>/.baton/agents`, then `agent_dirs`."""
-    return [directory / PROTECTED_DIR / "agents", *settings.agent_dirs]
+    """Where a site's agents come from, the first valid name winning: `<dir>/.baton/agents`,
+    `<dir>/.claude/agents` (Claude Code's), then `agent_dirs` and the shipped agents."""
+    return [
+        directory / PROTECTED_DIR / "agents",
+        directory / ".claude" / "agents",
+        *settings.agent_dirs,
+    ]
+
+
+def agent_registry(settings: Settings, directory: Path) -> AgentRegistry:
+    """A site's agents (roots: `agent_roots`), then built-ins, with baton.yaml's aliases."""
+    return AgentRegistry(
+        agent_roots(settings, directory),
+        BUILTIN_AGENTS,
+        tool_aliases=settings.tool_aliases,
+        model_aliases=settings.model_aliases,
+    )
 
 
 def site_directories(settings: Settings) -> list[Path]:
@@ -133,7 +148,7 @@ async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[P
         )
         return tree_tools, (tree_permissions,)
 
-    agents = AgentRegistry(agent_roots(settings, workspace.root), BUILTIN_AGENTS)
+    agents = agent_registry(settings, workspace.root)
     runner = SubAgentRunner(
         llm=shared.llm,
         tracker=shared.tracker,

@@ -77,7 +77,12 @@ permissions:
     assert settings.max_turns == 12 and settings.max_background_tasks == 4
     assert settings.approval_timeout_s == 30
     assert settings.approvers == ("U012ABCDEF",)
-    assert settings.agent_dirs == (tmp_path.resolve() / "team-agents", Path("/srv/baton/agents"))
+    # The shipped agents stay, after the configured directories.
+    assert settings.agent_dirs == (
+        tmp_path.resolve() / "team-agents",
+        Path("/srv/baton/agents"),
+        DEFAULT_AGENTS_DIR,
+    )
     assert settings.permissions.deny == ("read_file(**/.env)",)
     assert settings.slack_bot_token == "xoxb-1" and settings.socket_mode
     assert settings.slack_api_url == "http://127.0.0.1:9/api/"
@@ -329,3 +334,39 @@ def test_bad_sandbox_section_is_refused(tmp_path: Path, text: str, message: str)
     with pytest.raises(ConfigError) as caught:
         load_settings(cwd=tmp_path)
     assert message in str(caught.value)
+
+
+def test_shipped_agents_can_be_left_out_and_aliases_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "baton.yaml").write_text(
+        "agent_dirs: [team-agents]\n"
+        "shipped_agents: false\n"
+        "model_aliases: {sonnet: gpt-4.1, opus: o3}\n"
+        "tool_aliases: {WebFetch: mcp__web__fetch}\n"
+    )
+    monkeypatch.setenv("BATON_WORKSPACE", str(tmp_path))
+    settings = load_settings(cwd=tmp_path)
+    assert settings.agent_dirs == (tmp_path.resolve() / "team-agents",)
+    assert settings.model_aliases == {"sonnet": "gpt-4.1", "opus": "o3"}
+    assert settings.tool_aliases == {"WebFetch": "mcp__web__fetch"}
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "model_aliases: {sonnet: 'gpt 4'}",  # a space in a model name
+        "model_aliases: {sonnet: ''}",
+        "tool_aliases: {WebFetch: '../../bin/sh'}",  # not a tool name
+        "tool_aliases: {WebFetch: [mcp__a__b]}",
+        "shipped_agents: maybe",
+    ],
+)
+def test_a_bad_alias_or_switch_stops_the_start_naming_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str
+) -> None:
+    (tmp_path / "baton.yaml").write_text(entry + "\n")
+    monkeypatch.setenv("BATON_WORKSPACE", str(tmp_path))
+    key = entry.split(":", 1)[0]
+    with pytest.raises(ConfigError, match=key):
+        load_settings(cwd=tmp_path)

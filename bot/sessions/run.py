@@ -31,7 +31,7 @@ from bot.subagents import AgentRegistry, SubAgentEvent
 logger = logging.getLogger(__name__)
 
 _DIRECT_AGENT = re.compile(r"@([A-Za-z0-9][\w.-]*)(?:\s+(.*))?", re.DOTALL)
-_AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+_AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 
 
 def parse_direct_agent(text: str) -> tuple[str, str] | None:

@@ -8,7 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from bot.tools.base import ToolRegistry
 
-NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+# Lowercase letters, digits, '.', '_' and '-', never `..` (a dot is followed by another
+# character or ends the name); no lookahead, as pydantic's regex engine has none.
+NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9_-]|\.[a-z0-9_-])*\.?$"
 TASK_TOOL_NAME = "task"
 
 
@@ -36,7 +38,8 @@ class AgentDefinition(BaseModel):
     name: str = Field(pattern=NAME_PATTERN, max_length=64)
     description: str = Field(min_length=1)
     system_prompt: str = Field(min_length=1)
-    tools: tuple[str, ...] = ()
+    # None: all the parent's tools; a tuple (even empty): only those (never more).
+    tools: tuple[str, ...] | None = None
     disallowed_tools: tuple[str, ...] = ()
     model: str | None = None
     max_turns: int = Field(default=0, ge=0, le=1000)
@@ -49,12 +52,23 @@ class AgentDefinition(BaseModel):
     allowed_subagents: tuple[str, ...] = ()
     # project: the agent reads and appends to `.baton/memory/<name>.md`.
     memory: Literal["none", "project"] = "none"
+    # Whether the prompt carries the workspace's AGENTS.md (or CLAUDE.md).
+    project_instructions: bool = True
+    # Frontmatter keys Baton does not use, with their values as written.
+    extra: dict[str, Any] = Field(default_factory=dict)
+    # One line per thing the loader mapped, left out, kept unused or read leniently.
+    notes: tuple[str, ...] = ()
     source: str = "builtin"
 
-    @field_validator("tools", "disallowed_tools", "skills", "allowed_subagents", mode="before")
+    @field_validator("disallowed_tools", "skills", "allowed_subagents", mode="before")
     @classmethod
     def _names(cls, value: Any) -> Any:
         return _as_names(value)
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tool_names(cls, value: Any) -> Any:
+        return None if value is None else _as_names(value)
 
     @field_validator("description", "system_prompt", mode="after")
     @classmethod
@@ -74,13 +88,14 @@ class AgentDefinition(BaseModel):
         return "none" if value is None or value is False or value == "" else value
 
     def resolve_tools(self, parent: ToolRegistry) -> ToolRegistry:
-        """The child's tools: (allowlist ∩ parent's, or all the parent's) - denylist - task.
+        """The child's tools: (allowlist ∩ parent's, or all the parent's when `tools` is
+        None) - denylist - task. An empty allowlist gives no tools.
 
         Built from the parent's registry, so a child can never hold a tool its
         parent does not; `task` and Baton's control tools (those of the parent's run)
         are always removed: the runner gives the child its own, and `task` only as its
         file's `allowed_subagents` and the depth cap allow.
         """
-        chosen = parent.only(self.tools) if self.tools else parent
+        chosen = parent if self.tools is None else parent.only(self.tools)
         control = {tool.name for tool in parent if tool.control}
         return chosen.without({*self.disallowed_tools, TASK_TOOL_NAME, *control})

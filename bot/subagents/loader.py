@@ -1,7 +1,11 @@
-"""Agent files: Markdown with YAML frontmatter, parsed with PyYAML, validated with pydantic."""
+"""Agent files: Markdown with YAML frontmatter, parsed with PyYAML, validated with pydantic.
+
+Claude Code's agent files load as written; `claude_code` says how they map onto Baton.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +13,17 @@ import yaml
 from pydantic import ValidationError
 
 from bot.errors import AgentDefinitionError
+from bot.subagents.claude_code import (
+    KEY_SPELLINGS,
+    UNUSED_KEY_REASONS,
+    YAML_FAILURES,
+    FrontmatterProblem,
+    count_values,
+    map_tools,
+    read_leniently,
+    tool_entries,
+    yaml_problem,
+)
 from bot.subagents.definition import AgentDefinition
 
 FRONTMATTER_KEYS = frozenset(
@@ -23,8 +38,13 @@ FRONTMATTER_KEYS = frozenset(
         "isolation",
         "allowed_subagents",
         "memory",
+        "project_instructions",
     }
 )
+
+# Bounds on what one file's frontmatter may hold (YAML aliases can multiply values).
+MAX_FRONTMATTER_CHARS = 64 * 1024
+MAX_FRONTMATTER_VALUES = 5_000
 
 
 def split_frontmatter(text: str) -> tuple[str, str] | None:
@@ -38,8 +58,17 @@ def split_frontmatter(text: str) -> tuple[str, str] | None:
     return None
 
 
-def parse_agent_text(text: str, source: str, default_name: str) -> AgentDefinition:
-    """Build a definition from a file's text; raise `AgentDefinitionError` saying why not."""
+def parse_agent_text(
+    text: str,
+    source: str,
+    default_name: str,
+    tool_aliases: Mapping[str, str] | None = None,
+) -> AgentDefinition:
+    """Build a definition from a file's text; raise `AgentDefinitionError` saying why not.
+
+    `tool_aliases` (tool name as written -> Baton or MCP tool name) are applied before
+    Claude Code's names are mapped.
+    """
     parts = split_frontmatter(text)
     if parts is None:
         raise AgentDefinitionError(
@@ -48,44 +77,195 @@ def parse_agent_text(text: str, source: str, default_name: str) -> AgentDefiniti
             "'description: …', then a closing '---' line, then the system prompt",
         )
     header, body = parts
-    try:
-        data: Any = yaml.safe_load(header) if header.strip() else {}
-    except yaml.YAMLError as exc:
-        raise AgentDefinitionError(source, f"the frontmatter is not valid YAML ({exc})") from exc
-    if not isinstance(data, dict):
-        raise AgentDefinitionError(source, "the frontmatter must be a mapping of keys to values")
-    unknown = sorted(str(key) for key in data if key not in FRONTMATTER_KEYS)
-    if unknown:
+    if len(header) > MAX_FRONTMATTER_CHARS:
         raise AgentDefinitionError(
             source,
-            f"unknown frontmatter key(s) {', '.join(unknown)}; allowed: "
-            f"{', '.join(sorted(FRONTMATTER_KEYS))}",
+            f"the frontmatter is {len(header):,} characters long; at most "
+            f"{MAX_FRONTMATTER_CHARS:,} are read",
         )
-    fields = {**data, "system_prompt": body, "source": source}
-    fields.setdefault("name", default_name)
-    if fields.get("max_turns") is None:
-        fields.pop("max_turns", None)
+    data, notes = _read_frontmatter(header, source)
+    try:
+        aliases = {
+            str(name): target.strip()
+            for name, target in (tool_aliases or {}).items()
+            if isinstance(target, str) and target.strip()
+        }
+        fields = _fields(data, default_name, aliases, notes)
+    except FrontmatterProblem as exc:
+        raise AgentDefinitionError(source, str(exc)) from exc
+    fields.update(system_prompt=body, source=source, notes=tuple(notes))
     try:
         return AgentDefinition.model_validate(fields)
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            key = ".".join(str(p) for p in error["loc"]) or "frontmatter"
-            if key == "system_prompt":
-                key = "body (the system prompt)"
-            message = error["msg"].removeprefix("Value error, ")
-            if error["type"] == "string_pattern_mismatch" and key == "name":
-                message = (
-                    "must be lowercase letters, digits and hyphens, starting with a letter or digit"
-                )
-            problems.append(f"{key}: {message}")
-        raise AgentDefinitionError(source, "; ".join(problems)) from exc
+        raise AgentDefinitionError(source, _problems(exc)) from exc
 
 
-def parse_agent_file(path: Path) -> AgentDefinition:
+def parse_agent_file(path: Path, tool_aliases: Mapping[str, str] | None = None) -> AgentDefinition:
     """Read and parse one agent file; the file name supplies a missing name."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise AgentDefinitionError(str(path), f"cannot be read ({exc})") from exc
-    return parse_agent_text(text, str(path), default_name=path.stem)
+    return parse_agent_text(text, str(path), default_name=path.stem, tool_aliases=tool_aliases)
+
+
+def _read_frontmatter(header: str, source: str) -> tuple[dict[str, Any], list[str]]:
+    """The frontmatter's mapping: strict YAML, else read as Claude Code reads it."""
+    notes: list[str] = []
+    try:
+        data: Any = yaml.safe_load(header) if header.strip() else {}
+    except YAML_FAILURES as exc:
+        problem = yaml_problem(exc)
+        lenient = read_leniently(header)
+        if lenient is None:
+            raise AgentDefinitionError(
+                source,
+                f"the frontmatter is not valid YAML ({problem}), and it does not start "
+                "with a 'key: value' line either",
+            ) from exc
+        data, raw_keys, repeated = lenient
+        what = ", ".join(raw_keys) if raw_keys else "the frontmatter"
+        it = "them" if len(raw_keys) > 1 else "it"
+        notes.append(
+            f"{what} read as Claude Code reads {it} (the frontmatter is not strict YAML: {problem})"
+        )
+        notes += [f"{key} is given more than once; the last one is used" for key in repeated]
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise AgentDefinitionError(source, "the frontmatter must be a mapping of keys to values")
+    if count_values(data, MAX_FRONTMATTER_VALUES) > MAX_FRONTMATTER_VALUES:
+        raise AgentDefinitionError(
+            source,
+            f"the frontmatter holds more than {MAX_FRONTMATTER_VALUES:,} values "
+            "(YAML aliases can multiply them)",
+        )
+    return {str(key): value for key, value in data.items()}, notes
+
+
+def _fields(
+    data: dict[str, Any], default_name: str, aliases: Mapping[str, str], notes: list[str]
+) -> dict[str, Any]:
+    """The definition's fields from the frontmatter, Claude Code's meaning mapped to
+    Baton's; each change is added to `notes`."""
+    data = dict(data)
+    written = {key: key for key in FRONTMATTER_KEYS}
+    for spelling, key in KEY_SPELLINGS.items():
+        if spelling in data:
+            if key in data:
+                raise FrontmatterProblem(
+                    f"{key} and {spelling} are both given (the same setting, spelt two "
+                    "ways); keep one"
+                )
+            data[key] = data.pop(spelling)
+            written[key] = spelling
+    if "omitClaudeMd" in data:
+        if "project_instructions" in data:
+            raise FrontmatterProblem(
+                "project_instructions and omitClaudeMd are both given (the same setting); keep one"
+            )
+        omit = data.pop("omitClaudeMd")
+        if not isinstance(omit, bool):
+            raise FrontmatterProblem(f"omitClaudeMd: must be true or false, not {omit!r}")
+        data["project_instructions"] = not omit
+        notes.append(
+            f"omitClaudeMd {str(omit).lower()}: project_instructions {str(not omit).lower()}"
+        )
+    extra = {key: data.pop(key) for key in list(data) if key not in FRONTMATTER_KEYS}
+    fields = dict(data)
+    fields["name"] = _name(data.get("name"), default_name, notes)
+    _model_and_memory(fields, notes)
+    description = fields.get("description")
+    if isinstance(description, str) and "\\n" in description:
+        fields["description"] = description.replace("\\n", "\n")
+        notes.append("description: its \\n sequences read as line breaks, as Claude Code does")
+    if fields.get("max_turns") is None:
+        fields.pop("max_turns", None)
+    _tools(fields, written, aliases, notes)
+    if extra:
+        fields["extra"] = extra
+        notes.append(f"unused keys kept: {', '.join(extra)}")
+        for key, why in UNUSED_KEY_REASONS.items():
+            if key in extra:
+                value = extra[key]
+                shown = f" {value}" if isinstance(value, str) and len(value) <= 40 else ""
+                notes.append(f"{key}{shown}: not used; {why}")
+    return fields
+
+
+def _name(value: Any, default_name: str, notes: list[str]) -> Any:
+    """The name as given (or the file's), lower-cased as Claude Code files may need."""
+    from_file = value is None or value == ""
+    name = default_name if from_file else value
+    if not isinstance(name, str):
+        return name
+    lowered = name.strip().lower()
+    if lowered != name.strip():
+        where = " (from the file name)" if from_file else ""
+        notes.append(f"name {name.strip()}{where} written as {lowered}")
+    return lowered
+
+
+def _model_and_memory(fields: dict[str, Any], notes: list[str]) -> None:
+    model = fields.get("model")
+    if isinstance(model, str) and model.strip().lower() == "inherit":
+        fields["model"] = None
+        notes.append("model inherit: runs on the parent's model")
+    memory = fields.get("memory")
+    if isinstance(memory, str) and memory.strip().lower() in ("user", "local"):
+        fields["memory"] = "none"
+        notes.append(
+            f"memory {memory.strip()}: Baton has only project memory "
+            "(.baton/memory/<name>.md); this agent keeps none"
+        )
+
+
+def _tools(
+    fields: dict[str, Any], written: dict[str, str], aliases: Mapping[str, str], notes: list[str]
+) -> None:
+    """Map `tools` and `disallowed_tools`; None: all the parent's tools, (): none."""
+    if "tools" in fields:
+        entries = tool_entries(fields["tools"], "tools")
+        if "*" in entries:
+            fields["tools"] = None
+            notes.append("tools *: all the parent's tools")
+        elif not entries:
+            # Baton's rule since its first agent files (DESIGN: empty = inherit), which
+            # Claude Code reads as no tools: said, so nobody is surprised either way.
+            fields["tools"] = None
+            notes.append(
+                "tools is empty: all the parent's tools (Claude Code would give none; "
+                "write disallowed_tools: '*' for none)"
+            )
+        else:
+            tools, more = map_tools(entries, "tools", aliases)
+            notes += more
+            if not tools:
+                notes.append("tools: Baton has none of the tools listed, so it gets no tools")
+            fields["tools"] = tools
+    if "disallowed_tools" in fields:
+        key = written["disallowed_tools"]
+        entries = tool_entries(fields["disallowed_tools"], key)
+        if "*" in entries:
+            entries = [entry for entry in entries if entry != "*"]
+            fields["tools"] = ()
+            notes.append(f"{key} *: every tool is denied, so it gets no tools")
+        denied, more = map_tools(entries, key, aliases, denying=True)
+        notes += more
+        fields["disallowed_tools"] = denied
+
+
+def _problems(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors():
+        key = ".".join(str(p) for p in error["loc"]) or "frontmatter"
+        if key == "system_prompt":
+            key = "body (the system prompt)"
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "string_pattern_mismatch" and key == "name":
+            message = (
+                "must be lowercase letters, digits, '.', '_' and '-', starting with a "
+                "letter or digit, without '..'"
+            )
+        problems.append(f"{key}: {message}")
+    return "; ".join(problems)

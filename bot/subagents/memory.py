@@ -66,7 +66,9 @@ def memory_path(root: Path, agent: str) -> Path:
 
 def _check_agent(agent: str) -> None:
     if not isinstance(agent, str) or _AGENT_NAME.fullmatch(agent) is None:
-        raise ValueError(f"{agent!r} is not a valid agent name (lowercase letters, digits and '-')")
+        raise ValueError(
+            f"{agent!r} is not a valid agent name (lowercase letters, digits, '.', '_', '-')"
+        )
 
 
 def _open_dir(name: str, dir_fd: int) -> int:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bot.errors import AgentDefinitionError
+from bot.subagents.claude_code import CLAUDE_MODEL_ALIASES
 from bot.subagents.definition import AgentDefinition
 from bot.subagents.loader import parse_agent_file
 
@@ -38,12 +39,44 @@ class LoadedAgents:
     shadowed: tuple[ShadowedAgent, ...]
 
 
-def load_agents(roots: Sequence[Path], builtins: Iterable[AgentDefinition]) -> LoadedAgents:
+def resolve_model(definition: AgentDefinition, model_aliases: Mapping[str, str]) -> AgentDefinition:
+    """`definition` with its model as the provider knows it.
+
+    A name in `model_aliases` becomes the provider's model; one of Claude Code's aliases
+    (sonnet, opus, haiku) with no entry runs on the parent's model: Baton never sends a
+    name it knows to be an alias. Either way a note says so.
+    """
+    model = definition.model
+    if model is None:
+        return definition
+    if model in model_aliases:
+        note = f"model {model} → {model_aliases[model]} (model_aliases)"
+        return definition.model_copy(
+            update={"model": model_aliases[model], "notes": (*definition.notes, note)}
+        )
+    if model.lower() in CLAUDE_MODEL_ALIASES:
+        note = (
+            f"model {model}: Claude Code's alias, not a model the provider knows; runs on "
+            "the parent's model (map it with model_aliases in baton.yaml)"
+        )
+        return definition.model_copy(update={"model": None, "notes": (*definition.notes, note)})
+    return definition
+
+
+def load_agents(
+    roots: Sequence[Path],
+    builtins: Iterable[AgentDefinition],
+    *,
+    tool_aliases: Mapping[str, str] | None = None,
+    model_aliases: Mapping[str, str] | None = None,
+) -> LoadedAgents:
     """Load every `*.md` of each root in order, then the built-ins; the first valid name wins.
 
     An invalid file is skipped with a warning and reserves nothing, so a later
-    file (or a built-in) can still define its name.
+    file (or a built-in) can still define its name. What a file's loading mapped,
+    dropped or kept unused (its notes) is logged, so nothing is lost silently.
     """
+    model_aliases = model_aliases or {}
     chosen: dict[str, AgentDefinition] = {}
     invalid: list[InvalidAgentFile] = []
     shadowed: list[ShadowedAgent] = []
@@ -67,10 +100,16 @@ def load_agents(roots: Sequence[Path], builtins: Iterable[AgentDefinition]) -> L
             if not path.is_file():
                 continue
             try:
-                offer(parse_agent_file(path))
+                definition = resolve_model(
+                    parse_agent_file(path, tool_aliases=tool_aliases), model_aliases
+                )
             except AgentDefinitionError as exc:
                 invalid.append(InvalidAgentFile(path=exc.source, reason=exc.reason))
                 logger.warning("skipping agent file %s: %s", exc.source, exc.reason)
+                continue
+            for note in definition.notes:
+                logger.info("agent %r from %s: %s", definition.name, definition.source, note)
+            offer(definition)
     for definition in builtins:
         offer(definition)
     return LoadedAgents(
@@ -85,9 +124,18 @@ class AgentRegistry:
     teammate's new `.baton/agents/*.md` shows up without a restart.
     """
 
-    def __init__(self, roots: Sequence[Path], builtins: Sequence[AgentDefinition]) -> None:
+    def __init__(
+        self,
+        roots: Sequence[Path],
+        builtins: Sequence[AgentDefinition],
+        *,
+        tool_aliases: Mapping[str, str] | None = None,
+        model_aliases: Mapping[str, str] | None = None,
+    ) -> None:
         self.roots = tuple(roots)
         self.builtins = tuple(builtins)
+        self.tool_aliases = dict(tool_aliases or {})
+        self.model_aliases = dict(model_aliases or {})
         self._signature: tuple[tuple[str, int, int], ...] | None = None
         self._loaded = LoadedAgents(definitions=(), invalid=(), shadowed=())
         self.refresh()
@@ -95,7 +143,12 @@ class AgentRegistry:
     def refresh(self) -> None:
         signature = self._scan()
         if signature != self._signature:
-            self._loaded = load_agents(self.roots, self.builtins)
+            self._loaded = load_agents(
+                self.roots,
+                self.builtins,
+                tool_aliases=self.tool_aliases,
+                model_aliases=self.model_aliases,
+            )
             self._signature = signature
 
     def _scan(self) -> tuple[tuple[str, int, int], ...]:

@@ -372,6 +372,12 @@ def test_mention_free_without_a_bot_id_only_strips() -> None:
         ("@explore\nmulti\nline", ("explore", "multi\nline")),
         ("@explore", ("explore", "")),
         ("  @a1 x", ("a1", "x")),
+        # Claude Code agent names may hold dots and underscores.
+        ("@powershell-5.1-expert fix it", ("powershell-5.1-expert", "fix it")),
+        ("@data_scientist look", ("data_scientist", "look")),
+        ("@.hidden look", None),
+        ("@../etc look", None),
+        ("@a/b look", None),
         ("@Explore find", None),
         ("@-bad find", None),
         ("@explore, find", None),

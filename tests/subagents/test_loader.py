@@ -64,13 +64,12 @@ def test_every_field_is_read(tmp_path: Path) -> None:
     [
         ("no frontmatter here", "no YAML frontmatter"),
         ("---\ndescription: x\n", "no YAML frontmatter"),
-        ("---\ndescription: [unclosed\n---\nbody", "not valid YAML"),
+        ("---\n  description: [unclosed\n---\nbody", "not valid YAML"),
         ("---\n- a\n- b\n---\nbody", "must be a mapping"),
-        ("---\nname: Bad_Name\ndescription: x\n---\nbody", "name: must be lowercase"),
+        ("---\nname: a/b\ndescription: x\n---\nbody", "name: must be lowercase"),
         ("---\nname: -lead\ndescription: x\n---\nbody", "name: must be lowercase"),
         ("---\nname: ok\n---\nbody", "description: Field required"),
         ("---\ndescription: x\n---\n   \n", "body (the system prompt)"),
-        ("---\ndescription: x\ntool: bash\n---\nbody", "unknown frontmatter key(s) tool"),
         ("---\ndescription: x\nmax_turns: -1\n---\nbody", "max_turns"),
         ("---\ndescription: x\ntools: [1, 2]\n---\nbody", "tools"),
     ],
@@ -80,6 +79,18 @@ def test_invalid_files_say_why(text: str, reason: str) -> None:
         parse_agent_text(text, "agents/x.md", default_name="x")
     assert caught.value.source == "agents/x.md"
     assert reason in caught.value.reason
+
+
+def test_what_was_refused_before_now_loads_with_a_note() -> None:
+    unknown = parse_agent_text("---\ndescription: x\ntool: bash\n---\nbody", "x.md", "x")
+    assert unknown.extra == {"tool": "bash"} and unknown.tools is None
+    assert unknown.notes == ("unused keys kept: tool",)
+    capitals = parse_agent_text("---\nname: Bad_Name\ndescription: x\n---\nbody", "x.md", "x")
+    assert capitals.name == "bad_name"
+    assert capitals.notes == ("name Bad_Name written as bad_name",)
+    unclosed = parse_agent_text("---\ndescription: [unclosed\n---\nbody", "x.md", "x")
+    assert unclosed.description == "[unclosed"
+    assert unclosed.notes[0].startswith("description read as Claude Code reads it")
 
 
 def test_precedence_workspace_then_agent_dirs_then_builtins(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def test_memory_path_and_agent_names(workspace: Path) -> None:
     assert memory_path(workspace, "code-reviewer") == (
         workspace / ".baton" / "memory" / "code-reviewer.md"
     )
-    for bad in ("../x", "A", "", "-x", "x/y", "x\n", "x.md", ".."):
+    for bad in ("../x", "A", "", "-x", "x/y", "x\n", "..", ".x"):
         with pytest.raises(ValueError):
             memory_path(workspace, bad)
         with pytest.raises(ValueError):

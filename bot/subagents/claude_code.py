@@ -1,0 +1,318 @@
+"""Claude Code's agent-file conventions: its tool names, its key spellings, its lenient
+frontmatter reading, and how each maps onto Baton."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+from bot.subagents.definition import TASK_TOOL_NAME
+
+# Model names Claude Code resolves itself; Baton's configuration maps them (not done here).
+CLAUDE_MODEL_ALIASES = frozenset({"sonnet", "opus", "haiku", "inherit"})
+
+# Claude Code's tools that Baton has, under Baton's name.
+CLAUDE_TOOLS: Mapping[str, str] = {
+    "Read": "read_file",
+    "Write": "write_file",
+    "Edit": "edit_file",
+    "MultiEdit": "edit_file",
+    "Glob": "glob",
+    "Grep": "grep",
+    "LS": "list_dir",
+    "Bash": "bash",
+    "Task": TASK_TOOL_NAME,
+    "Agent": TASK_TOOL_NAME,
+    "Skill": "skill",  # Baton's skill tool
+}
+
+# Claude Code's tools that Baton lacks; an operator can map them with `tool_aliases`.
+CLAUDE_TOOLS_MISSING = frozenset(
+    {
+        "AskUserQuestion",
+        "BashOutput",
+        "EnterPlanMode",
+        "ExitPlanMode",
+        "KillBash",
+        "KillShell",
+        "LSP",
+        "ListMcpResourcesTool",
+        "MCPSearch",
+        "NotebookEdit",
+        "NotebookRead",
+        "ReadMcpResourceTool",
+        "SendMessage",
+        "SlashCommand",
+        "TaskCreate",
+        "TaskGet",
+        "TaskList",
+        "TaskOutput",
+        "TaskStop",
+        "TaskUpdate",
+        "TodoRead",
+        "TodoWrite",
+        "ToolSearch",
+        "WebFetch",
+        "WebSearch",
+    }
+)
+
+_LOWER_TOOLS = {name.lower(): target for name, target in CLAUDE_TOOLS.items()}
+_LOWER_MISSING = {name.lower(): name for name in CLAUDE_TOOLS_MISSING}
+
+# Claude Code's camelCase keys and the Baton key each one means.
+KEY_SPELLINGS: Mapping[str, str] = {
+    "maxTurns": "max_turns",
+    "disallowedTools": "disallowed_tools",
+}
+
+# Claude Code keys Baton keeps but does not act on, and why.
+UNUSED_KEY_REASONS: Mapping[str, str] = {
+    "permissionMode": "Baton's permission rules decide what needs approval",
+    "hooks": "Baton does not run an agent file's hooks",
+    "mcpServers": "the MCP servers come from Baton's configuration",
+}
+
+_KEY_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*):(?:[ \t]+(.*))?")
+_OPEN_TAG = re.compile(r"<([A-Za-z][\w-]*)(?:\s[^<>]*)?>")
+_CLOSE_TAG = re.compile(r"</([A-Za-z][\w-]*)\s*>")
+# What makes Claude Code quote a one-line value before its second YAML pass.
+_YAML_SPECIAL = re.compile(r"[{}\[\]*&#!|>%@`]|: ")
+_BLOCK_SCALAR = re.compile(r"[|>][+-]?[0-9]?\s*")
+_SCOPED = re.compile(r"([^()\s]+)\((.*)\)", re.DOTALL)
+_UNREAD = object()
+
+
+# What PyYAML raises on text it cannot read (an impossible date is a ValueError).
+YAML_FAILURES = (yaml.YAMLError, RecursionError, ValueError)
+
+
+class FrontmatterProblem(ValueError):
+    """A frontmatter value Baton cannot use; the message says why."""
+
+
+def yaml_problem(exc: BaseException) -> str:
+    """A short form of a YAML error, with its line in the file (line 1 is the `---`)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+        mark = exc.problem_mark
+        return f"{exc.problem} at line {mark.line + 2}" if mark else exc.problem
+    if isinstance(exc, RecursionError):
+        return "it nests too deeply"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def read_leniently(header: str) -> tuple[dict[str, Any], list[str], list[str]] | None:
+    """Read the frontmatter as top-level `key: value` lines, as Claude Code does when
+    YAML refuses it: other lines, and every line inside an `<example>…</example>` (or
+    any other tag closed later), continue the previous key's value.
+
+    Returns:
+        (the mapping, the keys whose value was kept as raw text, the keys given twice),
+        or None when no `key: value` line starts the frontmatter.
+    """
+    entries: list[tuple[str, str, list[str]]] = []
+    # Only tags closed somewhere count (`<example>` does; a `<name>` placeholder does not).
+    closed = set(_CLOSE_TAG.findall(header))
+    open_tags: Counter[str] = Counter()
+    for line in header.splitlines():
+        match = _KEY_LINE.fullmatch(line.rstrip())
+        inside_tag = any(count > 0 for count in open_tags.values())
+        if match and not inside_tag:
+            entries.append((match.group(1), (match.group(2) or "").strip(), []))
+            open_tags = Counter()
+            _count_tags(match.group(2) or "", open_tags, closed)
+        elif line.startswith("#") and not inside_tag:
+            continue
+        elif entries:
+            entries[-1][2].append(line)
+            _count_tags(line, open_tags, closed)
+        elif line.strip():
+            return None
+    if not entries:
+        return None
+    data: dict[str, Any] = {}
+    raw_keys: list[str] = []
+    repeated: list[str] = []
+    for key, inline, more in entries:
+        if key in data and key not in repeated:
+            repeated.append(key)
+        data[key], raw = _value(inline, more)
+        if raw and key not in raw_keys:
+            raw_keys.append(key)
+    return data, raw_keys, repeated
+
+
+def _count_tags(text: str, open_tags: Counter[str], closed: set[str]) -> None:
+    for tag in _OPEN_TAG.findall(text):
+        if tag in closed:
+            open_tags[tag] += 1
+    for tag in _CLOSE_TAG.findall(text):
+        open_tags[tag] -= 1
+
+
+def _value(inline: str, more: list[str]) -> tuple[Any, bool]:
+    """One key's value: YAML where that reads it as written, else the raw text."""
+    while more and not more[-1].strip():
+        more = more[:-1]
+    if not inline and not more:
+        return None, False
+    try:
+        parsed = yaml.safe_load(f"v: {inline}\n" + "\n".join(more))
+    except YAML_FAILURES:
+        parsed = None
+    read = parsed["v"] if isinstance(parsed, dict) and list(parsed) == ["v"] else _UNREAD
+    if read is not _UNREAD and not (inline and _needs_raw(inline)):
+        return read, False
+    raw = _raw(inline, more)
+    # Raw only when YAML would not have read the same text.
+    return raw, read != raw
+
+
+def _needs_raw(inline: str) -> bool:
+    """Whether Claude Code would quote this one-line value (so it is text as written)."""
+    if _is_quoted(inline) or inline.startswith(("[", "{")) or _BLOCK_SCALAR.fullmatch(inline):
+        return False
+    return _YAML_SPECIAL.search(inline) is not None
+
+
+def _is_quoted(text: str) -> bool:
+    return len(text) >= 2 and text[0] in "'\"" and text[-1] == text[0]
+
+
+def _raw(inline: str, more: list[str]) -> str:
+    text = "\n".join([inline, textwrap.dedent("\n".join(more))] if more else [inline]).strip()
+    return text[1:-1] if _is_quoted(text) else text
+
+
+def tool_entries(value: Any, key: str) -> list[str]:
+    """A tools value as a list of entries: a YAML list, or names separated by commas or
+    spaces (not inside parentheses, so `Bash(git diff:*)` is one entry)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return _split_tools(value)
+    if isinstance(value, list | tuple):
+        entries: list[str] = []
+        for item in value:
+            if not isinstance(item, str):
+                raise FrontmatterProblem(f"{key}: expected tool names (strings), got {item!r}")
+            entries += _split_tools(item)
+        return entries
+    kind = {dict: "a mapping", bool: "true/false", int: "a number", float: "a number"}
+    raise FrontmatterProblem(
+        f"{key}: expected a list or a comma-separated string of tool names, got "
+        f"{kind.get(type(value), type(value).__name__)}"
+    )
+
+
+def _split_tools(text: str) -> list[str]:
+    entries: list[str] = []
+    current = ""
+    depth = 0
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth = max(0, depth - 1)
+        elif depth == 0 and (char == "," or char.isspace()):
+            if current.strip():
+                entries.append(current.strip())
+            current = ""
+            continue
+        current += char
+    if current.strip():
+        entries.append(current.strip())
+    return entries
+
+
+def map_tools(
+    entries: Iterable[str], key: str, aliases: Mapping[str, str], *, denying: bool = False
+) -> tuple[tuple[str, ...], list[str]]:
+    """Map tool entries as written to Baton's or MCP names, with a note for each change.
+
+    `aliases` (an operator's, name as written -> tool name) come first, then Claude
+    Code's table (exact, or all lower-case); other names are kept as written. Tools
+    Baton lacks are left out. Duplicates are collapsed. `key` names the field in the
+    notes; `denying`: the entries are a denylist.
+    """
+    names: list[str] = []
+    renamed: list[str] = []
+    missing: list[str] = []
+    notes: list[str] = []
+    for entry in entries:
+        scoped = _SCOPED.fullmatch(entry)
+        base, scope = (scoped.group(1), scoped.group(2).strip()) if scoped else (entry, "")
+        if entry in aliases or base in aliases:
+            target = aliases[entry] if entry in aliases else aliases[base]
+            renamed.append(f"{entry} → {target} (tool_aliases)")
+            if entry not in aliases and scope not in ("", "*"):
+                notes.append(_scope_note(entry, target, scope, denying))
+        elif base in CLAUDE_TOOLS or base in _LOWER_TOOLS:
+            target = CLAUDE_TOOLS.get(base) or _LOWER_TOOLS[base]
+            if target == TASK_TOOL_NAME and not denying:
+                notes.append(
+                    f"tool {entry}: in Baton, delegation comes from allowed_subagents, not tools"
+                )
+            elif scope not in ("", "*"):
+                notes.append(_scope_note(entry, target, scope, denying))
+            elif target != entry:
+                renamed.append(f"{entry} → {target}")
+        elif base in CLAUDE_TOOLS_MISSING or base in _LOWER_MISSING:
+            missing.append(entry)
+            continue
+        else:
+            target = entry
+        if target not in names:
+            names.append(target)
+    if renamed:
+        notes.insert(0, f"{key}: {', '.join(renamed)}")
+    if missing:
+        notes.append(_missing_note(missing, denying))
+    return tuple(names), notes
+
+
+def _scope_note(entry: str, target: str, scope: str, denying: bool) -> str:
+    if denying:
+        return (
+            f"disallowed tool {entry}: all of {target} is denied; the file cannot deny "
+            f"only ({scope})"
+        )
+    return (
+        f"tool {entry}: read as {target}; the scope ({scope}) is not enforced by the file: "
+        "Baton's permission rules decide"
+    )
+
+
+def _missing_note(missing: list[str], denying: bool) -> str:
+    listed = ", ".join(missing)
+    one = len(missing) == 1
+    if denying:
+        return (
+            f"disallowed {'tool' if one else 'tools'} {listed}: Baton has no such "
+            f"{'tool' if one else 'tools'}; nothing to deny"
+        )
+    return (
+        f"{'tool' if one else 'tools'} {listed}: Baton has no such {'tool' if one else 'tools'} "
+        f"(an operator can map {'it' if one else 'them'} with tool_aliases); left out"
+    )
+
+
+def count_values(value: Any, limit: int) -> int:
+    """How many values `value` holds, nested ones included; stops counting past `limit`
+    (YAML aliases can make a small text hold a huge number of them)."""
+    count = 0
+    stack = [value]
+    while stack and count <= limit:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return count
