@@ -48,6 +48,7 @@ from bot.subagents.registry import AgentRegistry
 from bot.subagents.task_tool import TaskTool
 from bot.subagents.tracker import TaskTracker
 from bot.tools.base import Tool, ToolRegistry
+from bot.tools.skills import SkillTool
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ class SubAgentRunner:
         return Engine(
             llm=self.llm,
             model=definition.model or parent.model,
-            tools=definition.resolve_tools(tools or parent.tools).with_tools(extra_tools),
+            tools=child_tools(definition, tools or parent.tools).with_tools(extra_tools),
             system_prompt=system_prompt,
             hooks=[*(self.hooks if hooks is None else hooks), guard],
             approval=approval,
@@ -421,7 +422,7 @@ class SubAgentRunner:
                 assert self.isolated is not None
                 rebuilt, site_hooks = await self.isolated(path)
                 # The parent's workspace tools, rebuilt in the worktree; others as they are.
-                tools = ToolRegistry(rebuilt.get(tool.name) or tool for tool in parent.tools)
+                tools = ToolRegistry(_rebuilt(tool, rebuilt) for tool in parent.tools)
                 hooks = (_when_checked_out(populating), *site_hooks)
                 where = path
                 await self.tracker.append_log(
@@ -587,7 +588,7 @@ class SubAgentRunner:
         assert self.registry is not None
         allowed = frozenset(definition.allowed_subagents)
         own = ParentContext(
-            tools=definition.resolve_tools(tools),
+            tools=child_tools(definition, tools),
             model=definition.model or parent.model,
             approval=approval,
             session_id=parent.session_id,
@@ -734,6 +735,28 @@ class SubAgentRunner:
                 await self.tracker.append_log(record.id, line)
         assert done is not None
         return done, error
+
+
+def child_tools(definition: AgentDefinition, parent: ToolRegistry) -> ToolRegistry:
+    """The child's tools narrowed from the parent's (`resolve_tools`), its `skill` tool
+    offering only the skills its file's `skills` names, when it names any."""
+    tools = definition.resolve_tools(parent)
+    if not definition.skills:
+        return tools
+    return ToolRegistry(
+        tool.limited(definition.skills) if isinstance(tool, SkillTool) else tool for tool in tools
+    )
+
+
+def _rebuilt(tool: Tool, rebuilt: ToolRegistry) -> Tool:
+    """`tool` as rebuilt in a worktree; `skill` stays the parent's, limit included.
+
+    Its first request lists the skills while the worktree is still being checked out,
+    so they are read where the parent reads them (they only read).
+    """
+    if isinstance(tool, SkillTool):
+        return tool
+    return rebuilt.get(tool.name) or tool
 
 
 def _inbox(tracker: TaskTracker, task_id: str) -> Callable[[], list[ChatMessage]]:

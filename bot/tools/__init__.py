@@ -7,6 +7,7 @@ from bot.tools.base import Tool, ToolArguments, ToolRegistry, cap_output
 from bot.tools.files import EditFile, ListDir, ReadFile, WriteFile
 from bot.tools.search import DEFAULT_GREP_DEADLINE_S, Glob, Grep, SecretCheck
 from bot.tools.shell import Bash
+from bot.tools.skills import SkillTool
 from bot.tools.workspace import Workspace
 
 
@@ -26,7 +27,7 @@ def build_workspace_tools(
     grep stops after `grep_deadline_s` seconds and reports what it found by then. bash
     runs its commands in `sandbox` under `policy` when the sandbox is available, with
     the workspace's secret files hidden but those `show_secrets` names, and the files
-    `hide` matches (deny rules on reading) hidden too.
+    `hide` matches (deny rules on reading) hidden too; `skill` refuses those files.
     """
     return ToolRegistry(
         [
@@ -44,11 +45,13 @@ def build_workspace_tools(
                 show_secrets=show_secrets,
                 hide=hide,
             ),
+            SkillTool(workspace, hide=hide),
         ]
     )
 
 
 __all__ = [
+    "SkillTool",
     "Tool",
     "ToolArguments",
     "ToolRegistry",

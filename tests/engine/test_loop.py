@@ -92,6 +92,7 @@ async def test_text_answer_streams_and_reports_usage(
         "glob",
         "grep",
         "bash",
+        "skill",
     }
 
 

@@ -98,7 +98,16 @@ async def test_tool_sets_are_narrowed_exactly(tmp_path: Path, fake_llm: FakeOpen
     finally:
         await baton.close()
     offered = {r.messages[1]["content"]: set(r.tools) for r in router.child_requests()}
-    everything = {"read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "bash"}
+    everything = {
+        "read_file",
+        "write_file",
+        "edit_file",
+        "list_dir",
+        "glob",
+        "grep",
+        "bash",
+        "skill",
+    }
     # Baton's own submit_result is every child's, whatever its file lists; the parent's
     # control tools (steer_task, ...) never pass to a child.
     assert offered == {
