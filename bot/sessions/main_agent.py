@@ -8,6 +8,11 @@ from dataclasses import dataclass
 from bot.engine import ApprovalFunc, Engine, Hook, LLMClient, Meter
 from bot.engine.context import Compactor
 from bot.engine.tokens import TokenCounter
+from bot.project_instructions import (
+    ProjectInstructions,
+    read_project_instructions,
+    with_instructions,
+)
 from bot.sessions.compaction import Summarizer
 from bot.store import SessionRecord
 from bot.subagents import (
@@ -57,6 +62,8 @@ class MainAgent:
         """`context_window` bounds every request in tokens; `counter` (by default the
         runner's, so one calibration serves a model) counts them. `extra_tools` gives,
         at the start of each turn, the tools of the MCP servers that are up then.
+        `system_prompt` is Baton's part: each turn adds the workspace's `AGENTS.md` (or
+        `CLAUDE.md`) as it is then.
         """
         self.llm = llm
         self.model = model
@@ -64,6 +71,8 @@ class MainAgent:
         self.extra_tools = extra_tools
         self.hooks = tuple(hooks)
         self.system_prompt = system_prompt
+        # What the latest turn read, for display; None before any turn or without a file.
+        self.instructions: ProjectInstructions | None = None
         self.max_turns = max_turns
         self.registry = registry
         self.runner = runner
@@ -80,6 +89,10 @@ class MainAgent:
             return self.tools
         return self.tools.with_tools(self.extra_tools())
 
+    def read_instructions(self) -> ProjectInstructions | None:
+        """The workspace's instructions as they are now (None: no usable file)."""
+        return read_project_instructions(self.runner.workspace)
+
     def parent_context(self, turn: Turn, tools: ToolRegistry | None = None) -> ParentContext:
         return ParentContext(
             tools=self.turn_tools() if tools is None else tools,
@@ -95,6 +108,8 @@ class MainAgent:
         )
 
     def build_engine(self, turn: Turn) -> Engine:
+        """The engine of a turn starting now, with the instructions file as it is now."""
+        self.instructions = self.read_instructions()
         tools = self.turn_tools()
         task_tool = TaskTool(
             registry=self.registry, runner=self.runner, parent=self.parent_context(turn, tools)
@@ -108,7 +123,7 @@ class MainAgent:
                     *control_tools(self.runner.tracker, session_id=turn.session.id, parent_id=None),
                 ]
             ),
-            system_prompt=self.system_prompt,
+            system_prompt=with_instructions(self.system_prompt, self.instructions),
             hooks=self.hooks,
             approval=turn.approval,
             max_turns=self.max_turns,

@@ -1,8 +1,10 @@
-"""The main agent's system prompt."""
+"""The main agent's system prompt: Baton's rules, then the repository's instructions."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from bot.project_instructions import ProjectInstructions, with_instructions
 
 MAIN_SYSTEM_PROMPT = """\
 You are Baton, an AI agent that a team works with from a conversation. You have tools \
@@ -19,5 +21,6 @@ do not try to get around it: explain what you wanted to do and why.
 """
 
 
-def main_system_prompt(workspace: Path) -> str:
-    return MAIN_SYSTEM_PROMPT.format(workspace=workspace)
+def main_system_prompt(workspace: Path, instructions: ProjectInstructions | None = None) -> str:
+    """The prompt for `workspace`, with the section of its `instructions` when given."""
+    return with_instructions(MAIN_SYSTEM_PROMPT.format(workspace=workspace), instructions)

@@ -745,6 +745,10 @@ HOME_HINT = (
 )
 
 
+# Workspaces whose agents App Home describes (each a block; Slack allows 100 in a view).
+HOME_WORKSPACES = 20
+
+
 def home_view(
     *,
     running: int,
@@ -755,8 +759,12 @@ def home_view(
     usage: str | None = None,
     feedback: str | None = None,
     servers: str | None = None,
+    agents: str | None = None,
 ) -> dict[str, Any]:
     """The App Home tab: task counts, today's usage and the viewer's recent tasks.
+
+    `agents` is a line per workspace: its agents, agent files refused and why, and the
+    project instructions its runs read (`Baton.agents_summary`).
 
     `warning` is something every user should know before giving work (commands running
     without a sandbox); it stands right under the title. `usage` is one line of the
@@ -779,6 +787,8 @@ def home_view(
         blocks.append(_context(escape_mrkdwn(_clip(feedback, 2_000))))
     if servers:
         blocks.append(_context(escape_mrkdwn(_clip(servers, 2_000))))
+    for line in (agents or "").splitlines()[:HOME_WORKSPACES]:
+        blocks.append(_context(escape_mrkdwn(_clip(line, 2_000))))
     blocks += [
         {"type": "divider"},
         _section("*Your recent tasks*"),

@@ -81,6 +81,8 @@ class ListenerParts:
     # What App Home warns of (commands run unsandboxed), and how the MCP servers are.
     sandbox_notice: Callable[[], str | None]
     servers_summary: Callable[[], str | None]
+    # Agents per workspace, files refused and why, project instructions read (App Home).
+    agents_summary: Callable[[], str | None]
     redact: Redactor
 
 
@@ -181,6 +183,7 @@ class Listeners:
                 usage=describe_usage(usage),
                 feedback=feedback_line(rated.good, rated.bad),
                 servers=self.parts.servers_summary(),
+                agents=self.parts.agents_summary(),
             ),
         )
 

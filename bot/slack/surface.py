@@ -226,6 +226,7 @@ class SlackSurface:
                 discard_task=baton.discard_task,
                 sandbox_notice=lambda: baton.sandbox_notice,
                 servers_summary=lambda: summary(baton.mcp.status()),
+                agents_summary=lambda: baton.agents_summary,
                 redact=baton.redact,
             )
         )

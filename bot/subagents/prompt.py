@@ -1,4 +1,5 @@
-"""A child's system prompt: its definition, where it works, and its preloaded skills."""
+"""A child's system prompt: its definition, where it works, the project's instructions,
+its memory and its preloaded skills."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.project_instructions import ProjectInstructions, read_project_instructions, section
 from bot.subagents.definition import AgentDefinition
 from bot.subagents.loader import split_frontmatter
 from bot.subagents.memory import memory_prompt, read_memory
@@ -20,6 +22,8 @@ _SKILL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 class ChildPrompt:
     text: str
     missing_skills: tuple[str, ...]
+    # The workspace's AGENTS.md (or CLAUDE.md) given to the child; None when none was.
+    instructions: ProjectInstructions | None = None
 
 
 def load_skill(skills_dir: Path, name: str) -> str | None:
@@ -61,7 +65,8 @@ def build_child_prompt(
     """Compose the child's system prompt; a missing skill is reported, not fatal.
 
     `memory_root`: the project whose `.baton/memory/<agent>.md` the agent reads (None:
-    no memory). `isolated`: the child works in a worktree of its own.
+    no memory). `isolated`: the child works in a worktree of its own. The workspace's
+    `AGENTS.md` (or `CLAUDE.md`) is read now, unless the definition opts out.
     """
     sections = [
         definition.system_prompt,
@@ -70,11 +75,18 @@ def build_child_prompt(
     ]
     if isolated:
         sections.append(ISOLATION_NOTE)
+    instructions = None
+    if definition.project_instructions:
+        instructions = read_project_instructions(workspace)
+    if instructions is not None:
+        sections.append(section(instructions))
     if memory_root is not None:
         sections.append(memory_prompt(definition.name, read_memory(memory_root, definition.name)))
     missing = []
     for name in definition.skills:
         body = load_skill(skills_dir, name)
+        if body is None and _skill_folder_exists(workspace, skills_dir, name):
+            continue  # a skill folder: offered by the `skill` tool, loaded on demand
         if body is None:
             missing.append(name)
             logger.warning(
@@ -86,4 +98,14 @@ def build_child_prompt(
             continue
         sections.append(f'<skill name="{name}">\n{body}\n</skill>')
     sections.append(HANDOFF_INSTRUCTIONS)
-    return ChildPrompt(text="\n\n".join(sections), missing_skills=tuple(missing))
+    return ChildPrompt(
+        text="\n\n".join(sections), missing_skills=tuple(missing), instructions=instructions
+    )
+
+
+def _skill_folder_exists(workspace: Path, skills_dir: Path, name: str) -> bool:
+    """Whether `name` is an Agent Skills folder (`<name>/SKILL.md`) Baton looks in."""
+    if not _SKILL_NAME.match(name) or ".." in name:
+        return False
+    roots = (skills_dir, workspace / ".claude" / "skills")
+    return any((root / name / "SKILL.md").is_file() for root in roots)
