@@ -336,11 +336,11 @@ async def build_baton(settings: Settings) -> Baton:
     mcp.start(default_site.sandbox)
     # Never raises: a listener that cannot connect yet retries in the background.
     await signals.start()
-    # Registered last, and beating from then on: a start-up slowed down (sandbox
-    # probes, a loaded machine) must not outlast STALE_AFTER_S between registering and
-    # the first beat, or the other replicas would declare this process dead.
+    # Registered last, just before its surface starts beating: a start-up slowed down
+    # (sandbox probes, a loaded machine) must not outlast STALE_AFTER_S between
+    # registering and the first beat, or the other replicas would declare it dead.
     await instances.register()
-    baton = Baton(
+    return Baton(
         settings=settings,
         model=model,
         database=database,
@@ -361,5 +361,3 @@ async def build_baton(settings: Settings) -> Baton:
         mcp=mcp,
         protected_files=protected_files(config_files, database_files),
     )
-    baton.start_heartbeat()
-    return baton
