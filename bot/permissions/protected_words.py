@@ -10,6 +10,7 @@ asks: a person can see what it expands to.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import os
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
@@ -18,7 +19,7 @@ from bot.permissions.argv import redirect_targets
 from bot.permissions.danger_context import CommandContext
 from bot.permissions.danger_patterns import DangerMatch
 from bot.permissions.deadline import check_deadline
-from bot.tools.workspace import PROTECTED_DIR, PROTECTED_MESSAGE, Workspace
+from bot.tools.workspace import CLAUDE_DIRS, PROTECTED_DIR, PROTECTED_MESSAGE, Workspace
 
 __all__ = ["MAX_GLOB_CHARS", "READ_ONLY_PROGRAMS", "protected_words"]
 
@@ -67,7 +68,7 @@ def protected_words(
             named = _named_files(word, workspace.private_files, workspace.root)
             if writes or word in targets:
                 named += _named_files(word, workspace.protected_files, workspace.root)
-                if PROTECTED_DIR in PurePosixPath(word).parts:
+                if _names_protected_dir(word):
                     return f"{word!r} {PROTECTED_MESSAGE}", None
             exact = [path for path, glob in named if not glob]
             if exact:
@@ -88,9 +89,18 @@ def protected_words(
     return None, concern
 
 
+def _names_protected_dir(word: str) -> bool:
+    """Whether `word` is a path into `.baton/`, `.claude/agents/` or `.claude/skills/`."""
+    parts = PurePosixPath(word).parts
+    if PROTECTED_DIR in parts:
+        return True
+    pairs = set(itertools.pairwise(parts))
+    return any(tuple(name.split("/")) in pairs for name in CLAUDE_DIRS)
+
+
 def _may_name(word: str, names: set[str]) -> bool:
     """A cheap first look: whether the word could name one of the files at all."""
-    if PROTECTED_DIR in word or any(char in word for char in "*?["):
+    if PROTECTED_DIR in word or ".claude" in word or any(char in word for char in "*?["):
         return True
     return os.path.basename(word) in names
 

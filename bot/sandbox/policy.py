@@ -13,6 +13,10 @@ from pathlib import Path
 # and the per-worktree config git reads when `extensions.worktreeConfig` is on.
 PROTECTED_NAMES = (
     ".baton",
+    # Claude Code's agent files and skills, which Baton reads as its own: a command
+    # that planted one would steer every later run in this workspace.
+    ".claude/agents",
+    ".claude/skills",
     ".git/hooks",
     ".git/config",
     ".git/config.worktree",

@@ -51,6 +51,9 @@ _FALLBACK_EMAIL = "baton@localhost"
 # a door through which git would run a program or change what the merge does.
 # Baton's own directory in a workspace (agents, skills, memory): no branch may change it.
 PROTECTED_DIR = ".baton"
+# What no branch may change: Baton's own directory, and Claude Code's agent files and
+# skills, which Baton reads as its own.
+AGENT_READ_DIRS = (PROTECTED_DIR, ".claude/agents", ".claude/skills")
 
 _SAFE_CONFIG = (
     "core.hooksPath=/dev/null",
@@ -1030,7 +1033,7 @@ async def _protected_change(
         modes = meta.decode("ascii", "replace").lstrip(":").split()
         if path in own:
             named.append(f"{_printable(path)} ({own[path]})")
-        elif path == PROTECTED_DIR or path.startswith(f"{PROTECTED_DIR}/"):
+        elif any(path == d or path.startswith(f"{d}/") for d in AGENT_READ_DIRS):
             baton_dir.append(path)
         elif len(modes) > 1 and modes[1] == "160000":
             submodules.append(path)
@@ -1053,7 +1056,8 @@ def _protection_refusal(
     changed = list(named)
     if baton_dir:
         changed.append(
-            f"{_name_files(baton_dir)} ({PROTECTED_DIR}/: Baton's agents, skills and memory)"
+            f"{_name_files(baton_dir)} ({PROTECTED_DIR}/, .claude/agents/, .claude/skills/: "
+            "the agents, skills and memory Baton runs)"
         )
     parts = []
     if changed:

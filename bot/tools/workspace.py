@@ -32,6 +32,8 @@ from bot.tools.safe_open import (
 )
 
 PROTECTED_DIR = ".baton"
+# Claude Code's agent files and skills: Baton reads them as its own agents and skills.
+CLAUDE_DIRS = (".claude/agents", ".claude/skills")
 # Directories and files in every workspace that make programs run for the next person
 # who types a git command there: readable, never writable by a tool.
 GIT_CONTROL_DIRS = (".git/hooks", ".git/modules", ".git/worktrees")
@@ -49,12 +51,14 @@ GIT_PROTECTED_FILES = (
     ".git/HEAD",
 )
 PROTECTED_MESSAGE = (
-    f"is protected: Baton's configuration, {PROTECTED_DIR}/ and git's hooks, configuration "
-    "and in-progress state cannot be written by any tool"
+    f"is protected: Baton's configuration, {PROTECTED_DIR}/, .claude/agents/, "
+    ".claude/skills/ and git's hooks, configuration and in-progress state cannot be "
+    "written by any tool"
 )
 # What each kind of protected path is, for a refusal that names it (`Workspace._protection`).
 CONFIGURATION = "Baton's configuration"
 BATON_DIRECTORY = f"in {PROTECTED_DIR}/, Baton's own directory (agents, skills)"
+CLAUDE_DIRECTORY = "in .claude/agents/ or .claude/skills/, agent files and skills Baton runs"
 GIT_CONTROL = "part of git's hooks and configuration, which make the next git command run programs"
 GIT_STATE = (
     "part of git's in-progress rebase, cherry-pick or revert state, which the next "
@@ -120,8 +124,15 @@ class Workspace:
             self.protected_dir: BATON_DIRECTORY,
             **{self.root / name: GIT_CONTROL for name in GIT_CONTROL_DIRS},
             **{self.root / name: GIT_STATE for name in GIT_STATE_NAMES},
+            **{self.root / name: CLAUDE_DIRECTORY for name in CLAUDE_DIRS},
         }
         self.protected_dirs = tuple(self._dir_kinds)
+        # Walked for hard-linked aliases of their files: what programs or agents read.
+        self._scanned_dirs = (
+            self.protected_dir,
+            self.root / GIT_CONTROL_DIRS[0],
+            *(self.root / name for name in CLAUDE_DIRS),
+        )
         # The operator's own protected files (the config), apart from git's, which the
         # sandbox guards in its own way (git must still write `.git/HEAD` there).
         self.given_protected_files = frozenset(
@@ -369,9 +380,10 @@ class Workspace:
         return None
 
     def _in_protected_dir(self, ident: Identity) -> str | None:
-        """What a hard-linked file is when it is also a file under `.baton/` or `.git/hooks/`."""
+        """What a hard-linked file is when it is also a file under `.baton/`, `.git/hooks/`,
+        `.claude/agents/` or `.claude/skills/`."""
         seen = 0
-        for directory in self.protected_dirs[:2]:
+        for directory in self._scanned_dirs:
             kind = self._dir_kinds[directory]
             try:
                 for _, _, files, dir_fd in os.fwalk(directory, follow_symlinks=False):

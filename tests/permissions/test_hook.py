@@ -145,6 +145,9 @@ def test_secret_paths_ask_for_file_tools_even_when_allowed(workspace: Workspace)
         "rm -r .baton",
         "echo evil > .baton/agents/x.md",
         "cp /tmp/x .baton/agents/y.md",
+        "echo evil > .claude/agents/x.md",
+        "mkdir -p .claude/skills/evil",
+        "cp /tmp/x ./.claude/skills/pdf/SKILL.md",
         "sed -i s/a/b/ ../baton.yaml",
         "tee baton.yaml < /dev/null",
     ],
@@ -163,6 +166,8 @@ def test_reading_protected_paths_with_bash_is_fine(workspace: Workspace) -> None
     hook = PermissionHook(PermissionRules.parse(allow=["bash"]), workspace)
     assert check(hook, workspace, "bash", '{"command": "ls .baton/agents"}').action == "allow"
     assert check(hook, workspace, "bash", '{"command": "cat .baton/agents/x.md"}').action == "allow"
+    reading = check(hook, workspace, "bash", '{"command": "cat .claude/agents/x.md"}')
+    assert reading.action == "allow"
 
 
 def test_allow_rules_see_the_real_path_not_its_spelling(workspace: Workspace) -> None:

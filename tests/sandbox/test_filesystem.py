@@ -160,6 +160,8 @@ async def test_missing_protected_paths_cannot_be_created(tmp_path: Path, sandbox
         "mkdir -p .baton/agents && echo evil > .baton/agents/x.md",
         "git init -q && echo evil > .git/hooks/pre-commit",
         "echo 'permissions: {allow: [bash]}' > baton.yaml",
+        "mkdir -p .claude/agents && echo evil > .claude/agents/x.md",
+        "mkdir -p .claude/skills/evil && echo evil > .claude/skills/evil/SKILL.md",
     ):
         out = await run(bash, command)
         assert not out.startswith("exit code 0"), (command, out)
@@ -426,3 +428,29 @@ async def test_a_head_broken_before_the_call_is_not_restored_to_its_broken_self(
     out = await run(site.bash(sandbox), "echo 'ref: refs/heads/main' > .git/HEAD")
     assert out == "exit code 0 (no output)"
     assert head.read_text() == "ref: refs/heads/main\n"
+
+
+async def test_claude_codes_agent_files_and_skills_stay_unchanged_the_rest_of_claude_not(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    """Baton runs `.claude/agents/` and `.claude/skills/` as its own: even an approved
+    command cannot plant or change one there; `.claude/settings.json` stays writable."""
+    root = tmp_path / "ws"
+    (root / ".claude" / "agents").mkdir(parents=True)
+    (root / ".claude" / "agents" / "reviewer.md").write_text("---\ndescription: r\n---\nr\n")
+    (root / ".claude" / "skills" / "pdf").mkdir(parents=True)
+    (root / ".claude" / "skills" / "pdf" / "SKILL.md").write_text("---\nname: pdf\n---\n")
+    bash = Bash(Workspace(root), sandbox=sandbox)
+    before = {name: tree(root / ".claude" / name) for name in ("agents", "skills")}
+    for command in (
+        "echo evil > .claude/agents/x.md",
+        "echo evil >> .claude/agents/reviewer.md",
+        "rm -rf .claude/skills/pdf",
+        "mv .claude/agents .claude/a && mkdir .claude/agents && echo x > .claude/agents/x.md",
+        "mv .claude .c && mkdir -p .claude/agents && echo evil > .claude/agents/x.md",
+    ):
+        await run(bash, command)
+    assert {name: tree(root / ".claude" / name) for name in before} == before
+    assert not (root / ".c").exists() and not (root / ".claude" / "a").exists()
+    assert await run(bash, "echo '{}' > .claude/settings.json") == "exit code 0 (no output)"
+    assert (root / ".claude" / "settings.json").read_text() == "{}\n"

@@ -101,14 +101,19 @@ def test_existing_protected_paths_are_read_only_and_pinned(tmp_path: Path) -> No
     git_placeholders = {
         root / ".git" / name for name in ("config.worktree", "modules", "worktrees")
     }
-    assert set(placeholders) == set(sqlite_companions(root / "baton.db")[1:]) | git_placeholders
+    # No .claude/ in this workspace: its first missing part holds the place of Claude
+    # Code's agent files and skills, which no command may plant.
+    claude = {root / ".claude"}
+    assert set(placeholders) == (
+        set(sqlite_companions(root / "baton.db")[1:]) | git_placeholders | claude
+    )
 
 
 def test_missing_protected_paths_get_placeholders_at_their_first_missing_part(
     tmp_path: Path,
 ) -> None:
     root, arguments, placeholders = profile_for(tmp_path)
-    assert set(placeholders) == {root / ".baton", root / ".git"}
+    assert set(placeholders) == {root / ".baton", root / ".git", root / ".claude"}
     assert str(root / ".git") in pairs(arguments, "--tmpfs")
     assert str(root / ".git") in pairs(arguments, "--remount-ro")
 
@@ -142,7 +147,7 @@ def test_git_s_other_control_paths_are_protected(tmp_path: Path) -> None:
     assert {str(git / "commondir"), str(git / "config.worktree")} <= set(
         pairs(arguments, "--ro-bind")
     )
-    assert set(placeholders) == {git / "worktrees", root / ".baton"}
+    assert set(placeholders) == {git / "worktrees", root / ".baton", root / ".claude"}
 
 
 def test_held_placeholders_count_as_missing(tmp_path: Path) -> None:

@@ -868,7 +868,10 @@ async def test_merge_refuses_a_branch_that_adds_an_agent_file(with_config: Path)
         with_config, "task-p-5", ("write", ".baton/agents/x.md", "---\nname: x\n---\nanything\n")
     )
     message = await assert_refused(with_config, branch, protected_in(with_config))
-    assert ".baton/agents/x.md (.baton/: Baton's agents, skills and memory)" in message
+    assert (
+        ".baton/agents/x.md (.baton/, .claude/agents/, .claude/skills/: the agents, "
+        "skills and memory Baton runs)" in message
+    )
     assert CONFIG not in message
     assert not (with_config / ".baton").exists()
 
@@ -903,10 +906,26 @@ async def test_merge_names_the_config_and_baton_files_together(with_config: Path
     )  # fmt: skip
     message = await assert_refused(with_config, branch, protected_in(with_config))
     assert message == (
-        f"{branch} changes baton.yaml ({CONFIG}) and .baton/agents/evil.md (.baton/: Baton's "
-        "agents, skills and memory), which no agent may change; it is not merged."
+        f"{branch} changes baton.yaml ({CONFIG}) and .baton/agents/evil.md (.baton/, "
+        ".claude/agents/, .claude/skills/: the agents, skills and memory Baton runs), which "
+        "no agent may change; it is not merged."
     )
     assert not (with_config / "src").exists()
+
+
+async def test_merge_refuses_a_branch_that_plants_a_claude_code_agent_or_skill(
+    with_config: Path,
+) -> None:
+    """Claude Code's agent files and skills are Baton's agents and skills too."""
+    branch = branch_with(
+        with_config, "task-p-8",
+        ("write", ".claude/agents/evil.md", "---\ndescription: x\n---\nrun anything\n"),
+        ("write", ".claude/skills/evil/SKILL.md", "---\nname: evil\ndescription: x\n---\nx\n"),
+        ("write", ".claude/settings.json", "{}\n"),
+    )  # fmt: skip
+    message = await assert_refused(with_config, branch, protected_in(with_config))
+    assert ".claude/agents/evil.md" in message and ".claude/skills/evil/SKILL.md" in message
+    assert ".claude/settings.json" not in message
 
 
 async def test_a_harmless_branch_still_merges_beside_batons_files(

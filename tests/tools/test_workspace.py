@@ -77,6 +77,27 @@ def test_protected_paths_are_readable_but_never_writable(
         workspace.resolve_for_write("sneaky/agents/evil.md")
 
 
+def test_claude_codes_agent_files_and_skills_are_readable_but_never_writable(
+    workspace: Workspace,
+) -> None:
+    """Baton runs them as its own agents and skills: a planted one would steer later runs.
+    The rest of .claude/ (settings, commands) stays the team's to change."""
+    (workspace.root / ".claude" / "agents").mkdir(parents=True)
+    assert workspace.resolve(".claude/agents/x.md")
+    for path in (
+        ".claude/agents/x.md",
+        ".claude/skills/pdf/SKILL.md",
+        ".claude/skills",
+        "./.claude/../.claude/agents/y.md",
+    ):
+        with pytest.raises(WorkspaceError, match=r"\.claude/agents/ or \.claude/skills/"):
+            workspace.resolve_for_write(path)
+    os.symlink(workspace.root / ".claude", workspace.root / "sneaky")
+    with pytest.raises(WorkspaceError, match=r"protected|agent files and skills"):
+        workspace.resolve_for_write("sneaky/agents/evil.md")
+    assert workspace.resolve_for_write(".claude/settings.json")
+
+
 def test_the_config_file_inside_the_workspace_is_protected(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     root.mkdir()
