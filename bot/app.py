@@ -181,6 +181,13 @@ class Baton:
         """Whether every `bash` call, in every site, runs inside the OS sandbox."""
         return all(site.sandbox.available for site in self.sites)
 
+    def instructions_line(self, channel_id: str | None) -> str | None:
+        """What the runs of `channel_id`'s workspace read as project instructions now."""
+        instructions = read_project_instructions(self.site_for(channel_id).root)
+        if instructions is None:
+            return None
+        return f"Project instructions: each run here reads {instructions_summary(instructions)}"
+
     @property
     def agents_summary(self) -> str:
         """One line per workspace for App Home: its agents, the files refused and why,

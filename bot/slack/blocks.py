@@ -443,6 +443,7 @@ def tasks_panel(
     done: int,
     viewer_may_cancel: Callable[[TaskRecord], bool],
     usage: str | None = None,
+    instructions: str | None = None,
     extra: Sequence[Block] = (),
 ) -> list[Block]:
     """The ephemeral `/tasks` panel of one channel.
@@ -454,6 +455,7 @@ def tasks_panel(
         done: How many have finished.
         viewer_may_cancel: Whether the person looking may cancel a task.
         usage: One line of today's token usage (the viewer's and the channel's).
+        instructions: One line naming the project instructions the channel's runs read.
         extra: Blocks shown after the tasks (recent approval decisions).
 
     Returns:
@@ -462,6 +464,8 @@ def tasks_panel(
     blocks: list[Block] = [_section(f"*{_counts(running, done)}*")]
     if usage:
         blocks.append(_context(escape_mrkdwn(_clip(usage, 2_000))))
+    if instructions:
+        blocks.append(_context(escape_mrkdwn(_clip(instructions, 2_000))))
     blocks += _tasks_list(tasks, now=now, running=running, done=done, may_cancel=viewer_may_cancel)
     blocks += extra
     return blocks[:MESSAGE_BLOCKS_LIMIT]

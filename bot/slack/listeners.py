@@ -83,6 +83,8 @@ class ListenerParts:
     servers_summary: Callable[[], str | None]
     # Agents per workspace, files refused and why, project instructions read (App Home).
     agents_summary: Callable[[], str | None]
+    # What a channel's runs read as project instructions (AGENTS.md), for /tasks.
+    instructions_line: Callable[[str], str | None]
     redact: Redactor
 
 
@@ -269,6 +271,7 @@ class Listeners:
             done=done,
             viewer_may_cancel=viewer_may_cancel,
             usage=describe_usage(usage),
+            instructions=self.parts.instructions_line(channel),
             extra=recent_decisions_blocks(decisions, timeout_s=self.approvals.timeout_s),
         )
         await self._ephemeral(channel, user, f"⚙ {running} running · {done} done", blocks)

@@ -227,6 +227,7 @@ class SlackSurface:
                 sandbox_notice=lambda: baton.sandbox_notice,
                 servers_summary=lambda: summary(baton.mcp.status()),
                 agents_summary=lambda: baton.agents_summary,
+                instructions_line=baton.instructions_line,
                 redact=baton.redact,
             )
         )

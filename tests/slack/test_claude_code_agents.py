@@ -132,3 +132,21 @@ async def open_home(harness: SlackHarness) -> None:
              "event_ts": "1.1"}  # fmt: skip
     assert (await harness.send_event(event)).status == 200
     await until(lambda: bool(harness.slack.calls_to("views.publish")))
+
+
+async def test_tasks_says_which_project_instructions_the_channels_runs_read(
+    tmp_path: Path,
+) -> None:
+    async for harness in start_harness(tmp_path):
+        await show_tasks_with_and_without_instructions(harness)
+
+
+async def show_tasks_with_and_without_instructions(harness: SlackHarness) -> None:
+    assert await harness.command() == 200
+    await until(lambda: len(harness.slack.ephemerals) == 1)
+    assert "Project instructions" not in json.dumps(harness.slack.ephemerals[0]["blocks"])
+    (harness.baton.settings.workspace / "CLAUDE.md").write_text("Use tabs.\n")
+    assert await harness.command() == 200
+    await until(lambda: len(harness.slack.ephemerals) == 2)
+    panel = json.dumps(harness.slack.ephemerals[1]["blocks"])
+    assert "Project instructions: each run here reads CLAUDE.md (10 bytes)" in panel
