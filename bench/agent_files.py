@@ -20,8 +20,9 @@ from pathlib import Path
 import yaml
 
 from bot.errors import AgentDefinitionError
+from bot.frontmatter import split_frontmatter
 from bot.subagents.claude_code import CLAUDE_MODEL_ALIASES
-from bot.subagents.loader import parse_agent_file, split_frontmatter
+from bot.subagents.loader import parse_agent_file
 from bot.subagents.registry import resolve_model
 
 MODEL_ALIASES = {"sonnet": "gpt-4.1", "opus": "o3", "haiku": "gpt-4.1-mini"}

@@ -13,6 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from bot.errors import AgentDefinitionError
+from bot.frontmatter import split_frontmatter
 from bot.subagents.claude_code import (
     KEY_SPELLINGS,
     UNUSED_KEY_REASONS,
@@ -45,17 +46,6 @@ FRONTMATTER_KEYS = frozenset(
 # Bounds on what one file's frontmatter may hold (YAML aliases can multiply values).
 MAX_FRONTMATTER_CHARS = 64 * 1024
 MAX_FRONTMATTER_VALUES = 5_000
-
-
-def split_frontmatter(text: str) -> tuple[str, str] | None:
-    """Split `---`-fenced frontmatter from the body; None if the text has none."""
-    lines = text.lstrip("\ufeff").splitlines(keepends=True)
-    if not lines or lines[0].strip() != "---":
-        return None
-    for index in range(1, len(lines)):
-        if lines[index].strip() == "---":
-            return "".join(lines[1:index]), "".join(lines[index + 1 :])
-    return None
 
 
 def parse_agent_text(

@@ -8,9 +8,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.frontmatter import split_frontmatter
 from bot.project_instructions import ProjectInstructions, read_project_instructions, section
 from bot.subagents.definition import AgentDefinition
-from bot.subagents.loader import split_frontmatter
 from bot.subagents.memory import memory_prompt, read_memory
 
 logger = logging.getLogger(__name__)

@@ -31,6 +31,7 @@ import yaml
 from pydantic import Field
 
 from bot.errors import ToolError
+from bot.frontmatter import split_frontmatter
 from bot.permissions.rule_globs import glob_to_regex
 from bot.permissions.secret_paths import find_path_danger
 from bot.tools.base import Tool, ToolArguments, person_approved
@@ -119,21 +120,6 @@ class FoundSkills:
 
     def get(self, name: str) -> Skill | None:
         return next((s for s in self.skills if s.name == name), None)
-
-
-def split_frontmatter(text: str) -> tuple[str, str] | None:
-    """Split `---`-fenced frontmatter from the body; None if the text has none.
-
-    The same format as agent files (`bot.subagents.loader`), which this package cannot
-    import: that would load the sub-agent runner, which imports this module.
-    """
-    lines = text.lstrip("\ufeff").splitlines(keepends=True)
-    if not lines or lines[0].strip() != "---":
-        return None
-    for index in range(1, len(lines)):
-        if lines[index].strip() == "---":
-            return "".join(lines[1:index]), "".join(lines[index + 1 :])
-    return None
 
 
 def one_line(text: str) -> str:
