@@ -19,7 +19,8 @@ from bot.permissions.argv import redirect_targets
 from bot.permissions.danger_context import CommandContext
 from bot.permissions.danger_patterns import DangerMatch
 from bot.permissions.deadline import check_deadline
-from bot.tools.workspace import CLAUDE_DIRS, PROTECTED_DIR, PROTECTED_MESSAGE, Workspace
+from bot.sandbox.policy import CLAUDE_DIRS
+from bot.tools.workspace import PROTECTED_DIR, PROTECTED_MESSAGE, Workspace
 
 __all__ = ["MAX_GLOB_CHARS", "READ_ONLY_PROGRAMS", "protected_words"]
 

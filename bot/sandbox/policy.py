@@ -11,12 +11,12 @@ from pathlib import Path
 # who types `git status` or `git commit` outside the sandbox: hooks and config, the
 # submodules' and linked worktrees' own git directories (each with hooks and config),
 # and the per-worktree config git reads when `extensions.worktreeConfig` is on.
+# Claude Code's agent files and skills, which Baton reads as its own: a command (or a
+# merged branch) that planted one would steer every later run in this workspace.
+CLAUDE_DIRS = (".claude/agents", ".claude/skills")
 PROTECTED_NAMES = (
     ".baton",
-    # Claude Code's agent files and skills, which Baton reads as its own: a command
-    # that planted one would steer every later run in this workspace.
-    ".claude/agents",
-    ".claude/skills",
+    *CLAUDE_DIRS,
     ".git/hooks",
     ".git/config",
     ".git/config.worktree",

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bot.errors import BatonError
+from bot.sandbox.policy import CLAUDE_DIRS
 
 _T = TypeVar("_T")
 _TASK_ID = re.compile(r"task-[a-z0-9-]+")
@@ -53,7 +54,7 @@ _FALLBACK_EMAIL = "baton@localhost"
 PROTECTED_DIR = ".baton"
 # What no branch may change: Baton's own directory, and Claude Code's agent files and
 # skills, which Baton reads as its own.
-AGENT_READ_DIRS = (PROTECTED_DIR, ".claude/agents", ".claude/skills")
+AGENT_READ_DIRS = (PROTECTED_DIR, *CLAUDE_DIRS)
 
 _SAFE_CONFIG = (
     "core.hooksPath=/dev/null",

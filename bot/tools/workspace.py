@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bot.errors import ToolError, WorkspaceError
-from bot.sandbox.policy import GIT_STATE_NAMES
+from bot.sandbox.policy import CLAUDE_DIRS, GIT_STATE_NAMES
 from bot.tools.safe_open import (
     MAX_REOPEN_ATTEMPTS,
     Identity,
@@ -32,8 +32,6 @@ from bot.tools.safe_open import (
 )
 
 PROTECTED_DIR = ".baton"
-# Claude Code's agent files and skills: Baton reads them as its own agents and skills.
-CLAUDE_DIRS = (".claude/agents", ".claude/skills")
 # Directories and files in every workspace that make programs run for the next person
 # who types a git command there: readable, never writable by a tool.
 GIT_CONTROL_DIRS = (".git/hooks", ".git/modules", ".git/worktrees")
