@@ -47,6 +47,7 @@ _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _MAX_TASK_ID = 100
 _FALLBACK_NAME = "Baton"
 _FALLBACK_EMAIL = "baton@localhost"
+_BATON_IDENTITY = (f"user.name={_FALLBACK_NAME}", f"user.email={_FALLBACK_EMAIL}")
 
 # Command-line config outranks every config file, including a child's. Each key shuts
 # a door through which git would run a program or change what the merge does.
@@ -199,16 +200,26 @@ def make_place(base_dir: Path, task_id: str, repo: Path) -> Path:
     return path
 
 
-async def create_in(repo: Path, path: Path) -> Worktree:
+async def create_in(repo: Path, path: Path, *, start: str | None = None) -> Worktree:
     """`create` in the directory `make_place` made (its name is the task id): the base
     commit is read, then git checks it out there. On failure the directory is removed
-    again while it is empty."""
+    again while it is empty.
+
+    `start`: a thread's branch to start from instead of the checkout's HEAD.
+    """
     task_id = path.name
     try:
         _check_task_id(task_id)
         # Each asks on its own, even in a fan-out: a lookup shared with one that began
         # earlier could give a HEAD that has moved since (a merge just made).
         workspace, base = await _open_repo_at_head(repo)
+        if start is not None:
+            if not is_thread_branch(start):
+                raise WorktreeError(f"{start!r} is not a thread branch to start a worktree from")
+            tip = await _branch_commit(workspace, start)
+            if tip is None:
+                raise WorktreeError(f"The branch {start} is gone")
+            base = tip
         if path.parent.is_relative_to(workspace.top):
             raise WorktreeError(
                 f"Worktrees must live outside the workspace; {path.parent} is inside "
@@ -370,7 +381,9 @@ async def discard(repo: Path, branch: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Result:
+class GitResult:
+    """What one git command said: its exit status, stdout (bounded) and stderr."""
+
     returncode: int
     stdout: bytes
     stderr: str
@@ -396,10 +409,10 @@ class _Git:
     options: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
 
-    async def run(self, *args: str, config: Sequence[str] = ()) -> _Result:
+    async def run(self, *args: str, config: Sequence[str] = ()) -> GitResult:
         """Run `git <args>`; `config` adds more `-c key=value` pairs."""
         extra = [item for pair in config for item in ("-c", pair)]
-        return await _run_git([*self.options, *extra, *args], cwd=self.cwd, env=self.env)
+        return await run_git([*self.options, *extra, *args], cwd=self.cwd, env=self.env)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -411,8 +424,13 @@ class _Repo(_Git):
     common_dir: Path
 
 
-async def _run_git(args: Sequence[str], *, cwd: Path, env: dict[str, str]) -> _Result:
-    """Run git without a shell, bounded in time and output; the process never outlives us."""
+async def run_git(args: Sequence[str], *, cwd: Path, env: dict[str, str]) -> GitResult:
+    """Run git without a shell, bounded in time and output; the process never outlives us.
+
+    Every call gets `_SAFE_CONFIG` on its command line and a minimal environment
+    (`_git_environment`), to which `env` adds: how the forge's remotes are reached
+    (`bot.forge.git_remote`) uses it to hand git credentials for one command only.
+    """
     safe = [item for pair in _SAFE_CONFIG for item in ("-c", pair)]
     try:
         process = await asyncio.create_subprocess_exec(
@@ -441,7 +459,7 @@ async def _run_git(args: Sequence[str], *, cwd: Path, env: dict[str, str]) -> _R
         if process.returncode is None:
             process.kill()
             await process.wait()
-    return _Result(returncode=returncode, stdout=stdout, stderr=stderr.decode("utf-8", "replace"))
+    return GitResult(returncode=returncode, stdout=stdout, stderr=stderr.decode("utf-8", "replace"))
 
 
 async def _read_bounded(stream: asyncio.StreamReader, limit: int) -> bytes:
@@ -600,7 +618,11 @@ async def _new_worktree_git_dir(path: Path, workspace: _Repo, task_id: str) -> P
 
 
 async def _commit_work_tree(
-    git: _Git, workspace: _Repo, worktree: Worktree, message: str
+    git: _Git,
+    workspace: _Repo,
+    worktree: Worktree,
+    message: str,
+    identity: Sequence[str] | None = None,
 ) -> tuple[str, asyncio.Future[tuple[FileChange, ...]] | None]:
     """Commit the work tree's files on the child's branch; return the branch's tip and
     the lines changed between its tree and its base's, counted while the commit is made
@@ -625,6 +647,7 @@ async def _commit_work_tree(
                 parent_tree=worktree.base_tree,
                 base_tree=worktree.base_tree,
                 seed=(worktree.git_dir / "index", worktree.index_stamp),
+                identity=identity,
             )
         except _BranchMoved:
             pass
@@ -638,6 +661,7 @@ async def _commit_work_tree(
         parent_tree=parent_tree,
         base_tree=base_tree,
         seed=None,
+        identity=identity,
     )
 
 
@@ -655,6 +679,7 @@ async def _commit_on(
     parent_tree: str,
     base_tree: str,
     seed: tuple[Path, tuple[int, int, int]] | None,
+    identity: Sequence[str] | None = None,
 ) -> tuple[str, asyncio.Future[tuple[FileChange, ...]] | None]:
     """`_commit_work_tree` with the branch at `existing` (None: gone), whose tree is
     `parent_tree`; the index starts as a copy of `seed` when given (raising _BranchMoved
@@ -688,7 +713,8 @@ async def _commit_on(
         return parent, counting
     try:
         text = message.strip() or f"Baton task {worktree.branch.removeprefix('baton/')}"
-        identity = await _identity_config(workspace)
+        if identity is None:
+            identity = await _identity_config(workspace)
         created = await git.run("commit-tree", tree, "-p", parent, "-m", text, config=identity)
         if created.returncode != 0:
             raise WorktreeError(
@@ -890,7 +916,7 @@ async def _delete_branch(workspace: _Repo, branch: str) -> None:
         raise WorktreeError(f"Could not delete branch {branch}: {result.error}")
 
 
-async def _checked(git: _Git, *args: str) -> _Result:
+async def _checked(git: _Git, *args: str) -> GitResult:
     result = await git.run(*args)
     if result.returncode != 0:
         raise WorktreeError(f"git {args[0]} failed: {result.error}")
@@ -1033,7 +1059,7 @@ async def _protected_change(
         path = os.fsdecode(name)
         modes = meta.decode("ascii", "replace").lstrip(":").split()
         if path in own:
-            named.append(f"{_printable(path)} ({own[path]})")
+            named.append(f"{printable(path)} ({own[path]})")
         elif any(path == d or path.startswith(f"{d}/") for d in AGENT_READ_DIRS):
             baton_dir.append(path)
         elif len(modes) > 1 and modes[1] == "160000":
@@ -1140,19 +1166,19 @@ def _refused(message: str) -> MergeOutcome:
 
 
 def _describe(change: FileChange) -> str:
-    name = _printable(change.path)
+    name = printable(change.path)
     if change.binary:
         return f"{name} (binary)"
     return f"{name} (+{change.added} {_MINUS}{change.removed})"
 
 
 def _name_files(paths: Sequence[str]) -> str:
-    shown = ", ".join(_printable(path) for path in paths[:_MESSAGE_FILES])
+    shown = ", ".join(printable(path) for path in paths[:_MESSAGE_FILES])
     more = len(paths) - _MESSAGE_FILES
     return shown + (f" and {more} more" if more > 0 else "") if shown else "some files"
 
 
-def _printable(path: str) -> str:
+def printable(path: str) -> str:
     """A file name safe to show: control characters and undecodable bytes escaped."""
     text = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
@@ -1203,3 +1229,252 @@ def _repo_lock(common_dir: Path) -> asyncio.Lock:
     """Serialise what rewrites shared refs or worktree records: git takes no turns itself."""
     per_loop = _locks.setdefault(asyncio.get_running_loop(), {})
     return per_loop.setdefault(common_dir, asyncio.Lock())
+
+
+# --- threads' worktrees ----------------------------------------------------------------
+#
+# On a workspace with a git remote, each thread works in a worktree of its own, on a
+# branch `baton/<id>` that lives as long as the thread's work: committed after each run,
+# pushed, merged into by isolated children. Like a child's, it is only ever reached with
+# its git directories pinned (never through its `.git` file, which the thread's commands
+# can rewrite).
+
+_THREAD_BRANCH = re.compile(r"baton/(?!task-)[a-z0-9][a-z0-9-]{0,80}")
+
+
+def is_thread_branch(branch: str) -> bool:
+    """Whether `branch` has the shape of a thread's branch (`baton/<id>`, not a task's)."""
+    return _THREAD_BRANCH.fullmatch(branch) is not None
+
+
+async def add_thread_tree(repo: Path, path: Path, *, branch: str, start: str) -> Worktree:
+    """A worktree at `path` (missing or empty, outside the repository) on a new branch
+    `branch` from commit `start`; its `base` is `start`.
+
+    Raises:
+        WorktreeError: A branch that is not a thread's, a branch that exists already,
+            `path` inside the repository, or git failing.
+    """
+    if not is_thread_branch(branch):
+        raise WorktreeError(f"{branch!r} is not a thread branch (baton/<id>)")
+    if not _SHA.fullmatch(start):
+        raise WorktreeError(f"{start!r} is not a commit id")
+    workspace = await _open_repo(repo)
+    if path.is_relative_to(workspace.top):
+        raise WorktreeError(f"Worktrees must live outside the workspace; {path} is inside it")
+    await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+    async with _repo_lock(workspace.common_dir):
+        result = await workspace.run(
+            "worktree",
+            "add",
+            "--quiet",
+            "--lock",
+            "--reason",
+            f"Baton thread branch {branch}",
+            "-b",
+            branch,
+            "--",
+            str(path),
+            start,
+        )
+    if result.returncode != 0:
+        raise WorktreeError(f"Could not make a worktree for {branch}: {result.error}")
+    git_dir = await _new_worktree_git_dir(path, workspace, path.name)
+    return Worktree(
+        repo=workspace.top,
+        path=path,
+        branch=branch,
+        base=start,
+        git_dir=git_dir,
+        repo_git_dir=workspace.git_dir,
+    )
+
+
+async def reopen_thread_tree(repo: Path, path: Path, *, branch: str) -> Worktree | None:
+    """The worktree `add_thread_tree` made at `path`, found through the repository's own
+    records (never its `.git` file); None when it is gone or is not on `branch`."""
+    if not is_thread_branch(branch) or not await asyncio.to_thread(path.is_dir):
+        return None
+    workspace = await _open_repo(repo)
+    admin = workspace.common_dir / "worktrees"
+
+    def find() -> Path | None:
+        candidates = sorted(admin.glob(f"{glob_escape(path.name)}*")) if admin.is_dir() else []
+        for git_dir in candidates:
+            if re.fullmatch(re.escape(path.name) + r"[0-9]*", git_dir.name) and _admin_dir_of(
+                git_dir, path
+            ):
+                return git_dir
+        return None
+
+    git_dir = await asyncio.to_thread(find)
+    if git_dir is None:
+        return None
+    tip = await _branch_commit(workspace, branch)
+    if tip is None:
+        return None
+    checked_out = await _Git(cwd=workspace.top, options=(f"--git-dir={git_dir}",)).run(
+        "symbolic-ref", "--quiet", "HEAD"
+    )
+    if checked_out.returncode != 0 or checked_out.text != f"refs/heads/{branch}":
+        return None
+    return Worktree(
+        repo=workspace.top,
+        path=path,
+        branch=branch,
+        base=tip,
+        git_dir=git_dir,
+        repo_git_dir=workspace.git_dir,
+    )
+
+
+def glob_escape(name: str) -> str:
+    """`name` with glob's special characters taken literally."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+async def commit_thread(
+    tree: Worktree, *, message: str, identity: Sequence[str] = ()
+) -> tuple[str, str | None]:
+    """Commit what the thread's files now hold on its branch, as `identity`'s
+    `user.name=…`/`user.email=…` (Baton's own when empty).
+
+    Returns the branch's tip before and after (after == before: nothing changed). The
+    worktree's own index is then reset to the new tip, so a later merge into the branch
+    starts clean.
+    """
+    workspace = _repo(tree.repo, tree.repo_git_dir, tree.git_dir.parent.parent)
+    git = _common_git(tree)
+    before = await _branch_commit(workspace, tree.branch)
+    if before is None:
+        raise WorktreeError(f"The branch {tree.branch} is gone")
+    pinned = replace(tree, base=before, base_tree=None, index_stamp=None)
+    async with _repo_lock(workspace.common_dir):
+        tip, counting = await _commit_work_tree(
+            git, workspace, pinned, message, tuple(identity) or _BATON_IDENTITY
+        )
+        if counting is not None:
+            counting.cancel()
+        if tip != before:
+            own = _Git(
+                cwd=tree.path,
+                options=(f"--git-dir={tree.git_dir}", f"--work-tree={tree.path}"),
+            )
+            await _checked(own, "read-tree", tip)
+    return before, (tip if tip != before else None)
+
+
+async def thread_change(tree: Worktree, *, since: str) -> tuple[FileChange, ...]:
+    """Lines added and removed per file between commit `since` and the branch's tip."""
+    git = _common_git(tree)
+    tip = await _branch_commit(git, tree.branch)
+    if tip is None:
+        raise WorktreeError(f"The branch {tree.branch} is gone")
+    since_tree, tip_tree = await _trees(git, since, tip)
+    if since_tree == tip_tree:
+        return ()
+    return await _numstat(git, since_tree, tip_tree)
+
+
+async def merge_base(tree: Worktree, ref: str) -> str:
+    """The commit where the thread's branch and `ref` (its base, fetched) last met."""
+    git = _common_git(tree)
+    result = await _checked(git, "merge-base", f"refs/heads/{tree.branch}", ref)
+    return result.text
+
+
+async def thread_diff(tree: Worktree, *, since: str) -> bytes:
+    """The branch's change since commit `since`, as a patch (bounded like all output)."""
+    git = _common_git(tree)
+    result = await _checked(
+        git,
+        "diff",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-color",
+        "--binary",
+        "--no-renames",
+        since,
+        f"refs/heads/{tree.branch}",
+        "--",
+    )
+    return result.stdout
+
+
+async def merge_into_thread(
+    tree: Worktree,
+    branch: str,
+    *,
+    message: str,
+    expected: str | None = None,
+    protected: Sequence[ProtectedFile] = (),
+) -> MergeOutcome:
+    """`merge` of an isolated child's branch into the thread's branch, in its worktree,
+    with the thread's git directories pinned."""
+    if not _is_baton_branch(branch):
+        return _refused(
+            f"{branch!r} is not a Baton branch (baton/task-…); Baton only merges its own branches."
+        )
+    workspace = _repo(tree.path, tree.git_dir, tree.git_dir.parent.parent)
+    async with _repo_lock(workspace.common_dir):
+        return await _merge_locked(workspace, branch, message, expected, protected)
+
+
+async def remove_thread_tree(tree: Worktree, *, delete_branch: bool) -> None:
+    """Remove the thread's worktree (its work stays on the branch unless `delete_branch`)."""
+    workspace = _repo(tree.repo, tree.repo_git_dir, tree.git_dir.parent.parent)
+    await _remove_own_worktree(workspace, tree)
+    if delete_branch:
+        async with _repo_lock(workspace.common_dir):
+            if await _branch_commit(workspace, tree.branch) is not None:
+                await _delete_branch(workspace, tree.branch)
+
+
+async def delete_thread_branch(repo: Path, branch: str) -> bool:
+    """Delete a thread's branch whose worktree is gone; False when there was none."""
+    if not is_thread_branch(branch):
+        raise WorktreeError(f"{branch!r} is not a thread branch (baton/<id>)")
+    workspace = await _open_repo(repo)
+    async with _repo_lock(workspace.common_dir):
+        if await _branch_commit(workspace, branch) is None:
+            return False
+        await _delete_branch(workspace, branch)
+    return True
+
+
+async def restore_thread_tree(repo: Path, path: Path, *, branch: str) -> Worktree:
+    """A worktree at `path` again for an existing thread branch whose directory is gone
+    (git's stale record of it is pruned first)."""
+    if not is_thread_branch(branch):
+        raise WorktreeError(f"{branch!r} is not a thread branch (baton/<id>)")
+    workspace = await _open_repo(repo)
+    tip = await _branch_commit(workspace, branch)
+    if tip is None:
+        raise WorktreeError(f"The branch {branch} is gone")
+    if path.is_relative_to(workspace.top):
+        raise WorktreeError(f"Worktrees must live outside the workspace; {path} is inside it")
+    await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+    async with _repo_lock(workspace.common_dir):
+        await workspace.run("worktree", "prune")
+        result = await workspace.run(
+            "worktree",
+            "add",
+            "--quiet",
+            "--lock",
+            "--reason",
+            f"Baton thread branch {branch}",
+            "--",
+            str(path),
+            branch,
+        )
+    if result.returncode != 0:
+        raise WorktreeError(f"Could not make a worktree for {branch}: {result.error}")
+    git_dir = await _new_worktree_git_dir(path, workspace, path.name)
+    return Worktree(
+        repo=workspace.top,
+        path=path,
+        branch=branch,
+        base=tip,
+        git_dir=git_dir,
+        repo_git_dir=workspace.git_dir,
+    )
