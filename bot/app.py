@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import openai
 from sqlalchemy.engine import URL
 
-from bot.access.budgets import DailyBudgets
+from bot.access.budgets import DailyBudgets, format_cost
 from bot.config import Settings
 from bot.engine import Hook, LLMClient
 from bot.engine.tokens import TokenCounter, load_encoding
 from bot.errors import ConfigError
+from bot.forge.build import ForgeParts, build_forge
+from bot.forge.workbench import ThreadWorkbench
 from bot.mcp import McpServers, build_servers
 from bot.permissions.hook import PermissionHook
 from bot.project_instructions import read_project_instructions
@@ -25,14 +27,14 @@ from bot.sandbox import Sandbox, sqlite_companions
 from bot.sessions import Conversations
 from bot.sessions.turns import TurnParts
 from bot.sites import SharedParts, Site, agent_registry, build_site, site_directories
-from bot.store import Database, EventLedger, SessionStore
+from bot.store import Database, EventLedger, SessionKey, SessionStore
 from bot.store.instances import HEARTBEAT_EVERY_S, STALE_AFTER_S, Instances
 from bot.store.signals import Signals
 from bot.store.tasks import TaskRecord, TaskStore
 from bot.store.usage import UsageStore
 from bot.subagents import AgentRegistry, SubAgentRunner, TaskTracker
 from bot.subagents.branches import discard_branch, merge_branch
-from bot.subagents.worktree import ProtectedFile
+from bot.subagents.worktree import ProtectedFile, Worktree
 from bot.tools import ToolRegistry, Workspace
 
 logger = logging.getLogger(__name__)
@@ -72,6 +74,10 @@ class Baton:
     mcp: McpServers
     # Baton's config and database files: no branch that changes one is merged.
     protected_files: tuple[ProtectedFile, ...]
+    # Workspaces with a git remote: a branch per thread, pull requests (None: none).
+    forge: ForgeParts | None = None
+    # Directory -> the threads' worktrees of a workspace with a remote.
+    workbenches: dict[Path, ThreadWorkbench] = field(default_factory=dict)
     heartbeat: asyncio.Task[None] | None = None
 
     def site_for(self, channel_id: str | None) -> Site:
@@ -102,15 +108,52 @@ class Baton:
             for task_id in kept:
                 logger.warning("kept the work of %s, left by a stop, on its branch", task_id)
 
+    def workbench_for(self, channel_id: str | None) -> ThreadWorkbench | None:
+        """The threads' worktrees of the channel's workspace, when it has a remote."""
+        return self.workbenches.get(self.site_for(channel_id).root)
+
     async def merge_task(self, task_id: str, *, by: str) -> str:
-        """Merge an isolated task's branch into its site's checkout; what happened."""
+        """Merge an isolated task's branch into its thread's branch (on a workspace with
+        a remote) or its site's checkout; what happened."""
         task = await self.tracker.store.get(task_id)
         if task is None:
             return f"There is no task `{task_id}`."
         root = self.site_for(task.channel_id).root
+        thread = await self._thread_tree(task)
         return await merge_branch(
-            self.tracker, task, root=root, by=by, protected=self.protected_files
+            self.tracker, task, root=root, by=by, protected=self.protected_files, thread=thread
         )
+
+    async def _thread_tree(self, task: TaskRecord) -> Worktree | None:
+        """The worktree of the thread a task was started in, when it has one."""
+        workbench = self.workbench_for(task.channel_id)
+        if workbench is None:
+            return None
+        session = await self.default_site.conversations.store.get(task.session_id)
+        if session is None:
+            return None
+        row = await workbench.repository.store.of_thread(session.key)
+        if row is None or not row.active:
+            return None
+        return await workbench.repository.tree_of(row)
+
+    async def thread_work(self, session_key: str) -> tuple[tuple[str, ...], str | None]:
+        """The agents that worked in a conversation and what its runs spent, in words
+        (a pull request's body says them)."""
+        store = self.default_site.conversations.store
+        session = await store.find(SessionKey.parse(session_key))
+        if session is None:
+            return (), None
+        tasks = await self.tracker.store.list(session_id=session.id, limit=200)
+        agents = tuple(dict.fromkeys(task.agent for task in reversed(tasks)))
+        totals = await self.usage.session_total(session.id)
+        if not totals.total_tokens:
+            return agents, None
+        spent = f"{totals.total_tokens:,} tokens"
+        cost, unpriced = self.budgets.cost(totals)
+        if cost is not None and not unpriced:
+            spent += f" ({format_cost(cost)})"
+        return agents, spent
 
     async def discard_task(self, task_id: str, *, by: str) -> str:
         """Delete an isolated task's branch and its work; what happened."""
@@ -134,6 +177,7 @@ class Baton:
             redact=self.redact,
             conversations_for=lambda channel: self.site_for(channel).conversations,
             agents_for=lambda channel: self.site_for(channel).agents,
+            workbench_for=self.workbench_for,
         )
 
     @property
@@ -244,6 +288,8 @@ class Baton:
             await asyncio.gather(self.heartbeat, return_exceptions=True)
         await self.tracker.shutdown()
         await self.mcp.close()
+        if self.forge is not None:
+            await self.forge.close()
         await self.signals.close()
         try:
             await self.instances.unregister()
@@ -320,6 +366,21 @@ async def build_baton(settings: Settings) -> Baton:
         config_files=config_files,
         mcp_tools=mcp.tools,
     )
+    # Workspaces with a git remote: cloned where empty before their sites are built
+    # (their agents and instructions come from the clone).
+    forge_holder: list[Baton] = []
+
+    async def thread_work(session_key: str) -> tuple[tuple[str, ...], str | None]:
+        return await forge_holder[0].thread_work(session_key)
+
+    try:
+        forge = build_forge(settings, database, work_of=thread_work)
+        if forge is not None:
+            await forge.clone_missing()
+    except BaseException:
+        await openai_client.close()
+        await database.close()
+        raise
     directories = site_directories(settings)
     try:
         # Each site is probed on its own: whom commands run as depends on its owner.
@@ -347,7 +408,7 @@ async def build_baton(settings: Settings) -> Baton:
     # (sandbox probes, a loaded machine) must not outlast STALE_AFTER_S between
     # registering and the first beat, or the other replicas would declare it dead.
     await instances.register()
-    return Baton(
+    baton = Baton(
         settings=settings,
         model=model,
         database=database,
@@ -367,4 +428,13 @@ async def build_baton(settings: Settings) -> Baton:
         budgets=DailyBudgets(usage, settings.limits, settings.prices),
         mcp=mcp,
         protected_files=protected_files(config_files, database_files),
+        forge=forge,
+        workbenches={
+            path: ThreadWorkbench(
+                repository, tree_parts=by_directory[path].tree_parts, desk=forge.desk
+            )
+            for path, repository in (forge.repositories.items() if forge else ())
+        },
     )
+    forge_holder.append(baton)
+    return baton

@@ -50,6 +50,7 @@ from bot.engine import (
 from bot.outcomes import RunEnd
 from bot.sessions.surface import Prompt, RunTicket, Where
 from bot.sessions.turns import TurnMachine
+from bot.sessions.workbench import PullContext, WorkChange
 from bot.store import SessionKey, SessionRecord
 from bot.store.instances import HEARTBEAT_EVERY_S
 from bot.store.runs import RunRecord
@@ -148,6 +149,12 @@ class TerminalSurface:
     async def speaker(self, user_id: str) -> str:
         return ""  # one person talks: the model needs no name
 
+    async def pull_context(self, where: Where, user_id: str) -> PullContext:
+        return PullContext(thread_url=None, asked_by="a person at Baton's terminal")
+
+    async def co_author(self, user_id: str) -> tuple[str, str] | None:
+        return None  # the terminal's person has no known address
+
     async def prompt(self, text: str, files: Sequence[dict[str, Any]]) -> Prompt:
         return Prompt(text=text)
 
@@ -180,6 +187,10 @@ class TerminalSurface:
 
     async def offer_retry(self, where: Where, run_id: str) -> None:
         self._offer(run_id)
+
+    async def offer_change(self, where: Where, run_id: str, change: WorkChange) -> None:
+        note = f"\n  {change.note}" if change.note else ""
+        await self.say(where, f"✎ Changes on {change.branch}: {change.summary}{note}")
 
     async def show_interrupted(self, record: RunRecord, *, retryable: bool) -> None:
         if Where(record.channel_id, record.thread_ts) == self.where and retryable:

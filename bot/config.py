@@ -12,6 +12,7 @@ import re
 import stat
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,6 +32,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.errors import ConfigError
+from bot.forge.remote import RemoteError, parse_remote
 from bot.permissions.rules import Rule
 from bot.redaction import url_password
 
@@ -133,6 +135,9 @@ class AccessConfig(BaseModel):
     channels: tuple[ChannelId, ...] = ()
     guests: bool = False
     external: bool = False
+    # Who may open pull requests from a thread's change (user or group ids); empty:
+    # whoever may cancel the run (who asked, and the approvers).
+    pull_requests: tuple[UserOrGroupId, ...] = ()
 
 
 class LimitsConfig(BaseModel):
@@ -292,6 +297,56 @@ class McpServerConfig(BaseModel):
         return self
 
 
+# A branch name git and the forge both accept, as an operator writes the base branch.
+_BRANCH_NAME = re.compile(r"[A-Za-z0-9._/-]{1,200}")
+
+
+class WorkspaceConfig(BaseModel):
+    """A channel's workspace with a git remote: a branch per thread, pull requests.
+
+    `path` is the checkout (cloned from `remote` when it is missing or empty); `base` is
+    the branch each thread's branch starts from and its pull request targets.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: Path
+    remote: str | None = None
+    base: str = "main"
+
+    @field_validator("remote")
+    @classmethod
+    def _remote_url(cls, remote: str | None) -> str | None:
+        if remote is None:
+            return None
+        try:
+            return parse_remote(remote).url
+        except RemoteError as error:
+            raise ValueError(str(error)) from None
+
+    @field_validator("base")
+    @classmethod
+    def _base_branch(cls, base: str) -> str:
+        if (
+            not _BRANCH_NAME.fullmatch(base)
+            or base.startswith(("-", "/", "baton/"))
+            or base.endswith(("/", ".lock"))
+            or ".." in base
+            or "//" in base
+        ):
+            raise ValueError(f"{base!r} is not a branch name Baton can work from")
+        return base
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Repository:
+    """A workspace directory's git remote, checked: where threads' branches go."""
+
+    path: Path
+    remote: str
+    base: str
+
+
 class FileConfig(BaseModel):
     """What baton.yaml may hold; every key optional, unknown keys refused."""
 
@@ -322,7 +377,8 @@ class FileConfig(BaseModel):
     sandbox: SandboxConfig = SandboxConfig()
     self_approval: bool = True
     access: AccessConfig = AccessConfig()
-    workspaces: dict[ChannelId, Path] = Field(default_factory=dict)
+    # Channel id -> its directory, or {path, remote, base} for a repository on a forge.
+    workspaces: dict[ChannelId, Path | WorkspaceConfig] = Field(default_factory=dict)
     limits: LimitsConfig = LimitsConfig()
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     model_calls: ModelCallsConfig = ModelCallsConfig()
@@ -361,6 +417,15 @@ class EnvironmentSettings(BaseSettings):
     baton_shutdown_grace_s: float | None = Field(
         default=None, gt=0, validation_alias="BATON_SHUTDOWN_GRACE_S"
     )
+    github_token: str | None = Field(default=None, validation_alias="GITHUB_TOKEN")
+    github_app_id: str | None = Field(default=None, validation_alias="GITHUB_APP_ID")
+    github_app_private_key: str | None = Field(
+        default=None, validation_alias="GITHUB_APP_PRIVATE_KEY"
+    )
+    github_api_url: str = Field(default="https://api.github.com", validation_alias="GITHUB_API_URL")
+    github_webhook_secret: str | None = Field(
+        default=None, validation_alias="GITHUB_WEBHOOK_SECRET"
+    )
 
 
 class Settings(BaseModel):
@@ -397,6 +462,15 @@ class Settings(BaseModel):
     access: AccessConfig = AccessConfig()
     # Channel id -> its own workspace directory (resolved, checked); others use `workspace`.
     workspaces: dict[str, Path] = Field(default_factory=dict)
+    # Workspace directory (resolved) -> its git remote, for those that name one.
+    repositories: dict[Path, Repository] = Field(default_factory=dict)
+    # The forge: GITHUB_TOKEN, or a GitHub App (its id and the path of its key file),
+    # its API, and the secret its webhooks are signed with.
+    github_token: str | None = None
+    github_app_id: str | None = None
+    github_app_private_key: Path | None = None
+    github_api_url: str = "https://api.github.com"
+    github_webhook_secret: str | None = None
     limits: LimitsConfig = LimitsConfig()
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     context_window: int = 128_000
@@ -426,6 +500,8 @@ class Settings(BaseModel):
             self.slack_app_token,
             self.openai_api_key,
             url_password(self.database_url),
+            self.github_token,
+            self.github_webhook_secret,
         )
         return tuple(value for value in candidates if value)
 
@@ -454,16 +530,13 @@ def load_settings(cwd: Path | None = None) -> Settings:
     # Checked before the state directory is made, so a refused start leaves
     # nothing behind inside the workspace.
     check_workspace(workspace, state_dir, named=env.baton_workspace is not None)
-    workspaces = _channel_workspaces(
-        file_config.workspaces,
-        default=workspace,
-        state_dir=state_dir,
-        anchor=config_path.parent if config_path else base,
+    anchor = config_path.parent if config_path else base
+    workspaces, repositories = _channel_workspaces(
+        file_config.workspaces, default=workspace, state_dir=state_dir, anchor=anchor
     )
     _make_state_dir(state_dir)
     database_url, database_origin = _database_url(env.database_url, state_dir, base)
     # Relative agent directories are read from where the config file lives.
-    anchor = config_path.parent if config_path else base
     agent_dirs = tuple(
         dict.fromkeys(
             [
@@ -502,6 +575,12 @@ def load_settings(cwd: Path | None = None) -> Settings:
         self_approval=file_config.self_approval,
         access=file_config.access,
         workspaces=workspaces,
+        repositories=repositories,
+        github_token=env.github_token or None,
+        github_app_id=env.github_app_id or None,
+        github_app_private_key=_key_path(env.github_app_private_key, base),
+        github_api_url=env.github_api_url,
+        github_webhook_secret=env.github_webhook_secret or None,
         limits=file_config.limits,
         prices=file_config.prices,
         context_window=file_config.context_window,
@@ -522,22 +601,55 @@ def _anchored(server: McpServerConfig, anchor: Path) -> McpServerConfig:
     return server.model_copy(update={"paths": paths})
 
 
+def _key_path(value: str | None, base: Path) -> Path | None:
+    """GITHUB_APP_PRIVATE_KEY: the path of the App's key file (relative: from `base`)."""
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base / path
+
+
 def _channel_workspaces(
-    mapped: Mapping[str, Path], *, default: Path, state_dir: Path, anchor: Path
-) -> dict[str, Path]:
-    """Resolve and check each channel's directory, as BATON_WORKSPACE is checked.
+    mapped: Mapping[str, Path | WorkspaceConfig],
+    *,
+    default: Path,
+    state_dir: Path,
+    anchor: Path,
+) -> tuple[dict[str, Path], dict[Path, Repository]]:
+    """Resolve and check each channel's directory, as BATON_WORKSPACE is checked, and
+    the git remotes some of them name.
 
     Two workspaces may not nest (one's tools would reach into the other), nor may a
     mapped one nest in or contain the default workspace. Two channels may share one
-    directory: they then share its files on purpose.
+    directory: they then share its files on purpose, and name the same remote. A
+    directory with a remote may be missing or empty: Baton clones the remote there.
     """
     resolved: dict[str, Path] = {}
-    for channel, given in mapped.items():
-        path = given.expanduser()
+    repositories: dict[Path, Repository] = {}
+    for channel, entry in mapped.items():
+        spec = entry if isinstance(entry, WorkspaceConfig) else WorkspaceConfig(path=entry)
+        path = spec.path.expanduser()
         path = path if path.is_absolute() else anchor / path
+        if spec.remote is not None and not path.exists() and path.parent.is_dir():
+            try:
+                path.mkdir()
+            except OSError as error:
+                raise ConfigError(
+                    f"workspaces.{channel}: could not make {path} to clone {spec.remote} "
+                    f"into: {error.strerror}"
+                ) from error
         if not path.is_dir():
             raise ConfigError(f"workspaces.{channel}: {path} is not a directory")
         path = path.resolve()
+        if spec.remote is not None:
+            repository = Repository(path=path, remote=spec.remote, base=spec.base)
+            known = repositories.setdefault(path, repository)
+            if known != repository:
+                raise ConfigError(
+                    f"workspaces.{channel}: {path} is already mapped with remote "
+                    f"{known.remote} (base {known.base}); channels sharing a directory "
+                    "share its remote and base"
+                )
         try:
             check_workspace(path, state_dir)
         except ConfigError as exc:
@@ -557,7 +669,7 @@ def _channel_workspaces(
                     f"workspaces.{channel}: {path} {inside} {name} ({other}): the agents of one "
                     "could read and change the other's files. Give each a separate directory."
                 )
-    return resolved
+    return resolved, repositories
 
 
 def default_state_dir(xdg_state_home: str | None = None) -> Path:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +59,9 @@ class Site:
     runner: SubAgentRunner
     main_agent: MainAgent
     conversations: Conversations
+    # The site's tools and hooks rebuilt in another directory of its repository (an
+    # isolated child's worktree, a thread's worktree).
+    tree_parts: Callable[[Path], Awaitable[tuple[ToolRegistry, tuple[Hook, ...]]]]
 
     @property
     def root(self) -> Path:
@@ -189,6 +192,7 @@ async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[P
         conversations=Conversations(
             store=shared.store, main_agent=main_agent, tracker=shared.tracker
         ),
+        tree_parts=isolated,
     )
 
 

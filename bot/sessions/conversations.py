@@ -10,7 +10,7 @@ from bot.engine import ApprovalFunc, ChatMessage, Done, Meter, RunEvent
 from bot.engine.loop import Inbox, prompt_images
 from bot.engine.messages import ImagePart, repair_history
 from bot.sessions.compaction import SessionCompactor
-from bot.sessions.main_agent import MainAgent, Turn
+from bot.sessions.main_agent import MainAgent, Place, Turn
 from bot.store import SessionKey, SessionStore
 from bot.subagents import ProgressSink, TaskOutcome, TaskTracker, render_finished_tasks
 
@@ -61,6 +61,7 @@ class Conversations:
         context: str | None = None,
         meter: Meter | None = None,
         images: Sequence[ImagePart] = (),
+        place: Place | None = None,
     ) -> AsyncIterator[RunEvent]:
         """Run the main agent on `text` in session `key`, yielding its events.
 
@@ -72,6 +73,8 @@ class Conversations:
 
         The history starts from the latest summary; when a request would not fit the
         model's window, the engine folds older messages into a new one, stored here.
+
+        `place`: the thread's worktree the run works in (None: the site's directory).
 
         `images` go to the model with the text, as image parts of the same message.
         Only the text is stored (it names the images), so later turns and summaries
@@ -97,6 +100,7 @@ class Conversations:
                 progress=progress,
                 meter=meter,
                 compactor=compactor,
+                place=place,
             )
             engine = self.main_agent.build_engine(turn)
             transcript: list[ChatMessage] = []
@@ -126,6 +130,7 @@ class Conversations:
         progress: ProgressSink | None = None,
         meter: Meter | None = None,
         images: Sequence[ImagePart] = (),
+        place: Place | None = None,
     ) -> TaskOutcome:
         """`@agent text`: run one sub-agent directly in the foreground, no main LLM call.
 
@@ -144,6 +149,7 @@ class Conversations:
                 user_id=user_id,
                 progress=progress,
                 meter=meter,
+                place=place,
             )
             with prompt_images(images):
                 outcome = await self.main_agent.runner.run_foreground(

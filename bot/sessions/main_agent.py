@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from bot.engine import ApprovalFunc, Engine, Hook, LLMClient, Meter
 from bot.engine.context import Compactor
@@ -14,6 +15,7 @@ from bot.project_instructions import (
     with_instructions,
 )
 from bot.sessions.compaction import Summarizer
+from bot.sessions.prompt import place_system_prompt
 from bot.store import SessionRecord
 from bot.subagents import (
     AgentRegistry,
@@ -25,6 +27,29 @@ from bot.subagents import (
 from bot.subagents.control import control_tools
 from bot.tools import ToolRegistry
 from bot.tools.base import Tool
+from bot.tools.pull_request import OpenPull, OpenPullRequest
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Place:
+    """Where a turn works when not in its site's directory: a thread's own worktree.
+
+    Attributes:
+        root: The directory.
+        tools: The site's built-in tools, rebuilt to work there.
+        hooks: The hook chain made for that directory (permissions first).
+        branch: The thread's branch: isolated sub-agents start from it, and their
+            Merge goes into it.
+        open_pull: What `open_pull_request` calls; the main agent's own tool (children
+            never hold it).
+    """
+
+    root: Path
+    tools: ToolRegistry
+    hooks: tuple[Hook, ...]
+    branch: str | None = None
+    # Pushes the branch and opens its pull request (the `open_pull_request` tool).
+    open_pull: OpenPull | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +64,8 @@ class Turn:
     meter: Meter | None = None
     # Folds the session's older history into a summary when a request would not fit.
     compactor: Compactor | None = None
+    # The thread's worktree on a workspace with a git remote (None: the site's directory).
+    place: Place | None = None
 
 
 class MainAgent:
@@ -89,13 +116,21 @@ class MainAgent:
             return self.tools
         return self.tools.with_tools(self.extra_tools())
 
-    def read_instructions(self) -> ProjectInstructions | None:
+    def read_instructions(self, root: Path | None = None) -> ProjectInstructions | None:
         """The workspace's instructions as they are now (None: no usable file)."""
-        return read_project_instructions(self.runner.workspace)
+        return read_project_instructions(root or self.runner.workspace)
+
+    def place_tools(self, place: Place | None) -> ToolRegistry:
+        """The tools of a turn starting now, in `place` when it has one."""
+        tools = self.turn_tools()
+        if place is None:
+            return tools
+        return ToolRegistry(place.tools.get(tool.name) or tool for tool in tools)
 
     def parent_context(self, turn: Turn, tools: ToolRegistry | None = None) -> ParentContext:
+        place = turn.place
         return ParentContext(
-            tools=self.turn_tools() if tools is None else tools,
+            tools=self.place_tools(place) if tools is None else tools,
             model=self.model,
             approval=turn.approval,
             session_id=turn.session.id,
@@ -104,13 +139,16 @@ class MainAgent:
             progress=turn.progress,
             meter=turn.meter,
             depth=0,
-            root=self.runner.workspace,
+            root=self.runner.workspace if place is None else place.root,
+            hooks=None if place is None else place.hooks,
+            branch=None if place is None else place.branch,
         )
 
     def build_engine(self, turn: Turn) -> Engine:
         """The engine of a turn starting now, with the instructions file as it is now."""
-        self.instructions = self.read_instructions()
-        tools = self.turn_tools()
+        place = turn.place
+        self.instructions = self.read_instructions(None if place is None else place.root)
+        tools = self.place_tools(place)
         task_tool = TaskTool(
             registry=self.registry, runner=self.runner, parent=self.parent_context(turn, tools)
         )
@@ -121,10 +159,20 @@ class MainAgent:
                 [
                     task_tool,
                     *control_tools(self.runner.tracker, session_id=turn.session.id, parent_id=None),
+                    *(
+                        [OpenPullRequest(place.open_pull)]
+                        if place is not None and place.open_pull is not None
+                        else []
+                    ),
                 ]
             ),
-            system_prompt=with_instructions(self.system_prompt, self.instructions),
-            hooks=self.hooks,
+            system_prompt=with_instructions(
+                self.system_prompt
+                if place is None
+                else place_system_prompt(place.root, place.branch),
+                self.instructions,
+            ),
+            hooks=self.hooks if place is None else place.hooks,
             approval=turn.approval,
             max_turns=self.max_turns,
             meter=turn.meter,

@@ -24,3 +24,20 @@ do not try to get around it: explain what you wanted to do and why.
 def main_system_prompt(workspace: Path, instructions: ProjectInstructions | None = None) -> str:
     """The prompt for `workspace`, with the section of its `instructions` when given."""
     return with_instructions(MAIN_SYSTEM_PROMPT.format(workspace=workspace), instructions)
+
+
+BRANCH_NOTE = """\
+This conversation has its own git branch, {branch}, checked out in the workspace \
+directory above. Baton commits what you change there after each turn; you do not need \
+git to record your work. When the work is ready for review, and only when asked to or \
+when it is clearly wanted, call open_pull_request with a title and a body that explains \
+the change: Baton pushes the branch and opens a draft pull request.
+"""
+
+
+def place_system_prompt(workspace: Path, branch: str | None) -> str:
+    """Baton's part of the prompt for a turn working in `workspace`, on `branch`."""
+    prompt = MAIN_SYSTEM_PROMPT.format(workspace=workspace)
+    if branch:
+        prompt += "\n" + BRANCH_NOTE.format(branch=branch)
+    return prompt

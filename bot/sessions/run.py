@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from bot import metrics
@@ -23,7 +23,9 @@ from bot.engine import ChatMessage, Compacted, Done, ErrorEvent
 from bot.outcomes import ChildUsage, RunEnd, RunOutcome, StopCause
 from bot.redaction import Redactor
 from bot.sessions.conversations import Conversations, UnknownAgentError
+from bot.sessions.main_agent import Place
 from bot.sessions.surface import Prompt, RunTicket, Surface, TurnView, Where
+from bot.sessions.workbench import Workbench
 from bot.store import SessionKey
 from bot.store.usage import UsageStore
 from bot.subagents import AgentRegistry, SubAgentEvent
@@ -131,6 +133,8 @@ class RunParts:
     spawn: Callable[..., asyncio.Task[object]]
     # Whether this process still takes work (False once shutdown began).
     accepting: Callable[[], bool]
+    # A channel's threads' worktrees, when its workspace has a git remote.
+    workbench_for: Callable[[str | None], Workbench | None] = lambda _channel: None
 
 
 async def execute(run: ActiveRun, parts: RunParts, *, ts: str, text: str, files: list) -> None:
@@ -248,28 +252,34 @@ class _Work:
             self.view.show_child(update)
 
         conversations = self.parts.conversations_for(run.where.channel_id)
-        async for event in conversations.run_turn(
-            run.key,
-            f"[{speaker}] {prompt.text}" if speaker else prompt.text,
-            meter=self.budget,
-            user_id=run.user_id,
-            approval=surface.approval(self.ticket),
-            progress=show_child,
-            inbox=run.take_inbox,
-            context=context,
-            images=prompt.images,
-        ):
-            self.view.show(event)
-            if isinstance(event, ErrorEvent):
-                errors.append(event.message)
-            elif isinstance(event, Compacted) and event.newsworthy:
-                await surface.say(run.where, compaction_note(event))
-            elif isinstance(event, Done):
-                done = event
-        assert done is not None
-        for message in errors:
-            await surface.report(run.where, self.parts.redact(message))
-        await self.view.answer(done.final_text)
+        place = await self._place()
+        try:
+            async for event in conversations.run_turn(
+                run.key,
+                f"[{speaker}] {prompt.text}" if speaker else prompt.text,
+                meter=self.budget,
+                user_id=run.user_id,
+                approval=surface.approval(self.ticket),
+                progress=show_child,
+                inbox=run.take_inbox,
+                context=context,
+                images=prompt.images,
+                place=place,
+            ):
+                self.view.show(event)
+                if isinstance(event, ErrorEvent):
+                    errors.append(event.message)
+                elif isinstance(event, Compacted) and event.newsworthy:
+                    await surface.say(run.where, compaction_note(event))
+                elif isinstance(event, Done):
+                    done = event
+            assert done is not None
+            for message in errors:
+                await surface.report(run.where, self.parts.redact(message))
+            await self.view.answer(done.final_text)
+        finally:
+            if place is not None:
+                await asyncio.shield(self._keep_work(prompt.text))
         return RunEnd(
             outcome=RunOutcome.of_stop(done.stop_reason),
             turns=done.turns,
@@ -288,6 +298,7 @@ class _Work:
             )
             return RunEnd(outcome=RunOutcome.FAILED, cause=StopCause.NO_TASK)
         conversations = self.parts.conversations_for(run.where.channel_id)
+        place = await self._place()
         try:
             outcome = await conversations.run_agent(
                 run.key,
@@ -298,10 +309,14 @@ class _Work:
                 approval=surface.approval(self.ticket),
                 progress=self.view.show_direct,
                 images=prompt.images,
+                place=place,
             )
         except UnknownAgentError as exc:
             await surface.report(run.where, str(exc))
             return RunEnd(outcome=RunOutcome.FAILED, cause=StopCause.UNKNOWN_AGENT)
+        finally:
+            if place is not None:
+                await asyncio.shield(self._keep_work(f"@{agent} {prompt.text}"))
         body = outcome.text or "(no answer text)"
         if outcome.state != "completed":
             # The failure leads: what was shown is rewritten to say it first.
@@ -318,6 +333,51 @@ class _Work:
             seconds=time.monotonic() - self.started,
         )
 
+    async def _place(self) -> Place | None:
+        """The thread's own worktree, on a workspace with a git remote, with what the
+        agent's `open_pull_request` does there."""
+        workbench = self.parts.workbench_for(self.run.where.channel_id)
+        if workbench is None:
+            return None
+        place = await workbench.place(self.run.key, user_id=self.run.user_id)
+        run, surface = self.run, self.parts.surface
+
+        async def open_pull(title: str, body: str) -> tuple[bool, str]:
+            # What the run changed so far is committed first: the PR holds it.
+            await workbench.after_run(
+                run.key,
+                user_id=run.user_id,
+                message=_commit_message(title),
+                co_author=await surface.co_author(run.author_id or run.user_id),
+            )
+            context = await surface.pull_context(run.where, run.author_id or run.user_id)
+            result = await workbench.open_pull(run.key, title=title, body=body, context=context)
+            if result.ok:
+                await surface.say(run.where, f"🔀 {result.text}")
+            return result.ok, self.parts.redact(result.text)
+
+        return replace(place, open_pull=open_pull)
+
+    async def _keep_work(self, asked: str) -> None:
+        """Commit what the run changed on the thread's branch and offer it to people;
+        a failure is said in the thread (the files stay in the worktree)."""
+        workbench = self.parts.workbench_for(self.run.where.channel_id)
+        assert workbench is not None
+        surface = self.parts.surface
+        try:
+            change = await workbench.after_run(
+                self.run.key,
+                user_id=self.run.user_id,
+                message=_commit_message(asked),
+                co_author=await surface.co_author(self.run.author_id or self.run.user_id),
+            )
+        except Exception as exc:
+            logger.exception("run %s: could not keep its work", self.run.run_id)
+            await surface.report(self.run.where, self.parts.redact(str(exc)))
+            return
+        if change is not None:
+            await surface.offer_change(self.run.where, self.run.run_id, change)
+
     async def _thread_context(self, ts: str) -> str | None:
         """On a thread's first turn, what was said in it before Baton was asked."""
         run = self.run
@@ -328,6 +388,13 @@ class _Work:
         if await conversations.store.has_history(run.session_id):
             return None
         return await self.parts.surface.thread_context(run.where, ts)
+
+
+def _commit_message(asked: str) -> str:
+    """A commit's subject from what was asked: its first line, at most 72 characters."""
+    first = next((line.strip() for line in asked.splitlines() if line.strip()), "")
+    subject = first if len(first) <= 72 else first[:71].rstrip() + "…"
+    return subject or "Work asked for in Slack"
 
 
 def compaction_note(event: Compacted) -> str:

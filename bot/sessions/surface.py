@@ -18,6 +18,7 @@ from bot.access.refusal import Refusal
 from bot.engine import ApprovalFunc, RunEvent
 from bot.engine.messages import ImagePart
 from bot.outcomes import RunEnd
+from bot.sessions.workbench import PullContext, WorkChange
 from bot.store import SessionRecord
 from bot.store.runs import RunRecord
 from bot.store.tasks import TaskRecord
@@ -111,6 +112,14 @@ class Surface(Protocol):
         one person talks (the terminal)."""
         ...
 
+    async def pull_context(self, where: Where, user_id: str) -> PullContext:
+        """Where a pull request's work came from: the thread's link and who asked."""
+        ...
+
+    async def co_author(self, user_id: str) -> tuple[str, str] | None:
+        """A person's name and email for a commit's `Co-authored-by`; None if unknown."""
+        ...
+
     async def prompt(self, text: str, files: Sequence[dict[str, Any]]) -> Prompt:
         """A message with what was attached to it, as the model reads it."""
         ...
@@ -148,6 +157,11 @@ class Surface(Protocol):
 
     async def offer_retry(self, where: Where, run_id: str) -> None:
         """Offer to run again a run a restart interrupted."""
+        ...
+
+    async def offer_change(self, where: Where, run_id: str, change: WorkChange) -> None:
+        """Show what a run changed on the thread's branch, with what people can do
+        with it (open a pull request, see the diff, discard it)."""
         ...
 
     async def show_interrupted(self, record: RunRecord, *, retryable: bool) -> None:

@@ -33,6 +33,7 @@ from bot.sessions.conversations import Conversations
 from bot.sessions.results import FinishedResults
 from bot.sessions.run import ActiveRun, RunParts, RunState, Steering, execute, parse_direct_agent
 from bot.sessions.surface import Surface, Where
+from bot.sessions.workbench import Workbench
 from bot.store import Database, SessionKey, SessionStore
 from bot.store.instances import Instances
 from bot.store.runs import FINISHED, QUEUED, RUNNING, RunStore
@@ -102,6 +103,8 @@ class TurnParts:
     redact: Redactor
     conversations_for: Callable[[str | None], Conversations]
     agents_for: Callable[[str | None], AgentRegistry]
+    # A channel's threads' worktrees, when its workspace has a git remote.
+    workbench_for: Callable[[str | None], Workbench | None] = lambda _channel: None
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,6 +455,7 @@ class TurnMachine:
             set_progress=self.run_store.set_progress,
             spawn=self.spawn,
             accepting=lambda: self.accepting,
+            workbench_for=parts.workbench_for,
         )
 
     async def _end_turn(self, run: ActiveRun) -> None:

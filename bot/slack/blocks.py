@@ -102,6 +102,21 @@ def _context(mrkdwn: str) -> Block:
     return {"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}
 
 
+def section_block(mrkdwn: str) -> Block:
+    """A section of escaped mrkdwn, clipped to Slack's limit."""
+    return _section(_clip(mrkdwn, SECTION_TEXT_LIMIT))
+
+
+def context_block(mrkdwn: str) -> Block:
+    """A context line of mrkdwn, clipped to Slack's limit."""
+    return _context(mrkdwn)
+
+
+def button(text: str, action_id: str, value: str, *, style: str | None = None) -> Block:
+    """A button with `value` (short: Slack allows 2,000 characters)."""
+    return _button(text, action_id, value, style=style)
+
+
 def _button(text: str, action_id: str, value: str, *, style: str | None = None) -> Block:
     if len(value) > BUTTON_VALUE_LIMIT:
         # Ids are short; a longer value is a bug that Slack would reject anyway.

@@ -55,6 +55,12 @@ class SlackDirectory:
             or user_id
         )
 
+    async def email_of(self, user_id: str) -> str | None:
+        """Their email, when Slack shares it (the app needs `users:read.email`)."""
+        user = await self._user(user_id) or {}
+        email = (user.get("profile") or {}).get("email")
+        return email if isinstance(email, str) and "@" in email else None
+
     async def group_members(self, group_id: str) -> frozenset[str] | None:
         cached = self._groups.get(group_id)
         if cached and time.monotonic() - cached[0] < self.ttl:

@@ -539,6 +539,11 @@ class Listeners:
             enterprise_id=(body.get("enterprise") or {}).get("id"),
         )
 
+    async def may_act(self, body: dict[str, Any], user: str, started_by: str | None) -> bool:
+        """Whether who clicked in `body` may act for work `started_by` someone (Cancel's
+        authority: the starter, still allowed to start runs here, or an approver)."""
+        return await self._may_cancel(body, user, started_by)
+
     async def _may_cancel(
         self, body: dict[str, Any], user: str, started_by: str | None, *, channel: str | None = None
     ) -> bool:

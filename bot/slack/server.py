@@ -31,6 +31,7 @@ from bot.slack.surface import SlackSurface
 
 logger = logging.getLogger(__name__)
 
+GITHUB_EVENTS_PATH = "/github/events"
 EVENTS_PATH = "/slack/events"
 # While draining, what a 503 for an event asks of Slack: send it again (elsewhere) soon.
 DRAINING_RETRY_AFTER_S = 1
@@ -144,6 +145,9 @@ class HttpServer:
         if events:
             # Socket Mode gets events over its WebSocket; nothing may post them here.
             routes.append(web.post(EVENTS_PATH, self.handle_events))
+        if surface.forge_hooks is not None:
+            # The forge's webhooks, in either mode (Socket Mode's port serves health too).
+            routes.append(web.post(GITHUB_EVENTS_PATH, self.handle_github_events))
         self.web_app.add_routes(routes)
         self._runner: web.AppRunner | None = None
 
@@ -160,6 +164,24 @@ class HttpServer:
         bolt_request = await to_bolt_request(request)
         bolt_response = await self.surface.app.async_dispatch(bolt_request)
         return await to_aiohttp_response(bolt_response)
+
+    async def handle_github_events(self, request: web.Request) -> web.Response:
+        """A GitHub webhook delivery: verified, claimed, acted on (`bot.forge.webhooks`).
+        aiohttp refuses a body over 1 MiB with 413 before it is read."""
+        hooks = self.surface.forge_hooks
+        assert hooks is not None
+        if not self.surface.turns.accepting:
+            return web.Response(status=503, text="shutting down")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return web.Response(status=413, text="the delivery is over 1 MiB")
+        try:
+            answer = await hooks.handle(request.headers, body)
+        except Exception:
+            logger.exception("could not act on a GitHub delivery")
+            return web.Response(status=500, text="Baton could not act on the delivery")
+        return web.Response(status=answer.status, text=answer.text)
 
     async def _is_signed_event(self, request: web.Request) -> bool:
         """Whether `request` is an Events API delivery signed by Slack (anything else goes

@@ -27,16 +27,22 @@ from bot.access.deciders import Deciders
 from bot.access.policy import AccessPolicy
 from bot.app import Baton
 from bot.config import Settings
+from bot.forge.webhooks import ForgeTurn, ForgeWebhooks, forge_author
 from bot.mcp.report import summary
+from bot.sessions.surface import Where
 from bot.sessions.turns import TurnMachine
 from bot.slack.approvals import POLL_S, SlackApprovals
 from bot.slack.directory import SlackDirectory
+from bot.slack.forge_actions import ForgeActions
 from bot.slack.listeners import ListenerParts, Listeners
 from bot.slack.rate_budget import RateBudget, call_channel
 from bot.slack.thread_surface import SlackThreadSurface
+from bot.store import SessionKey
 from bot.store.approvals import ApprovalStore
+from bot.store.branches import ThreadBranch
 from bot.store.feedback import FeedbackStore
 from bot.store.rate import rate_store_for
+from bot.store.thread_inbox import Inbound
 
 logger = logging.getLogger(__name__)
 
@@ -232,7 +238,54 @@ class SlackSurface:
             )
         )
         self.listeners.register(self.app)
+        self.forge_hooks: ForgeWebhooks | None = None
+        if baton.forge is not None:
+            self.forge_hooks = ForgeWebhooks(
+                secret=settings.github_webhook_secret,
+                ledger=baton.events,
+                store=baton.forge.store,
+                repositories=baton.forge.desk.repositories,
+                say=self._say_on_branch,
+                start_turn=self._forge_turn,
+            )
+            ForgeActions(
+                desk=baton.forge.desk,
+                threads=self.threads,
+                deciders=self.deciders,
+                directory=self.directory,
+                may_act=self.listeners.may_act,
+                pull_requesters=settings.access.pull_requests,
+                redact=baton.redact,
+                spawn=self.turns.spawn,
+            ).register(self.app)
         self._maintenance: asyncio.Task[None] | None = None
+
+    async def _say_on_branch(self, branch: ThreadBranch, text: str) -> None:
+        await self.threads.say(Where(branch.channel_id, branch.thread_ts), text)
+
+    async def _forge_turn(self, turn: ForgeTurn) -> None:
+        """A review or comment from the forge: said in the thread, then a turn there for
+        the person who asked for the work, attributed to the forge's user."""
+        branch = turn.branch
+        response = await self.client.chat_postMessage(
+            channel=branch.channel_id, thread_ts=branch.thread_ts, text=turn.announcement
+        )
+        ts = str(response.get("ts") or "")
+        if not ts or not branch.requester:
+            return
+        message = Inbound(
+            session_key=branch.session_key,
+            channel_id=branch.channel_id,
+            thread_ts=branch.thread_ts,
+            ts=ts,
+            user_id=branch.requester,
+            author_id=forge_author(turn.author),
+            text=turn.prompt,
+            team_id=SessionKey.parse(branch.session_key).team_id,
+        )
+        stored = await self.turns.intake(message)
+        if stored is not None:
+            self.turns.spawn(self.turns.dispatch(stored), f"message-{stored.id}", run=True)
 
     def use_rate_budget(self, budget: RateBudget) -> None:
         """Pace every Slack call of this surface with `budget` from now on (benchmarks and

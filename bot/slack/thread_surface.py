@@ -41,8 +41,10 @@ from bot.engine import (
     ToolResult,
     ToolStart,
 )
+from bot.forge.webhooks import forge_login
 from bot.outcomes import RunEnd
 from bot.sessions.surface import Prompt, RunTicket, Where
+from bot.sessions.workbench import PullContext, WorkChange
 from bot.slack.answers import post_messages, post_text
 from bot.slack.approvals import SlackApprovals
 from bot.slack.blocks import (
@@ -56,6 +58,7 @@ from bot.slack.blocks import (
 from bot.slack.directory import SlackDirectory
 from bot.slack.events import parse_message_event, slack_id_or_none
 from bot.slack.files import FileReader
+from bot.slack.forge_views import change_message
 from bot.slack.progress import ProgressMessage
 from bot.slack.rate_budget import NoRoom, Priority, RateBudget
 from bot.slack.streaming import AnswerStream
@@ -177,7 +180,28 @@ class SlackThreadSurface:
         return mention_free(text, self.bot_user_id or "")
 
     async def speaker(self, user_id: str) -> str:
+        if (login := forge_login(user_id)) is not None:
+            return f"GitHub user {login}"
         return f"{await self.names.name_of(user_id)} <@{user_id}>"
+
+    async def pull_context(self, where: Where, user_id: str) -> PullContext:
+        link: str | None = None
+        try:
+            response = await self.client.chat_getPermalink(
+                channel=where.channel_id, message_ts=where.thread_ts
+            )
+            link = response.get("permalink") or None
+        except SlackApiError as exc:
+            logger.info("no link to the thread: %s", exc.response.get("error"))
+        return PullContext(thread_url=link, asked_by=await self.names.name_of(user_id))
+
+    async def co_author(self, user_id: str) -> tuple[str, str] | None:
+        if forge_login(user_id) is not None:
+            return None  # their commits are credited on the forge, not by Slack's address
+        email = await self.names.email_of(user_id)
+        if email is None:
+            return None
+        return await self.names.name_of(user_id), email
 
     async def prompt(self, text: str, files: Sequence[dict[str, Any]]) -> Prompt:
         return await self.files.prompt(text, files)
@@ -297,6 +321,21 @@ class SlackThreadSurface:
             )
         except SlackApiError as exc:
             logger.warning("could not offer a retry: %s", exc.response.get("error"))
+
+    async def offer_change(self, where: Where, run_id: str, change: WorkChange) -> None:
+        await self.post_blocks(where, change_message(change))
+
+    async def post_blocks(self, where: Where, post: TaskPostBack) -> None:
+        """Post a message of Baton's own (text and blocks) in the thread."""
+        try:
+            await self.client.chat_postMessage(
+                channel=where.channel_id,
+                thread_ts=where.thread_ts,
+                text=post.text,
+                blocks=post.blocks,
+            )
+        except SlackApiError as exc:
+            logger.warning("could not post in the thread: %s", exc.response.get("error"))
 
     async def show_interrupted(self, record: RunRecord, *, retryable: bool) -> None:
         post = interrupted_message(record.id, retry=retryable)

@@ -284,7 +284,8 @@ class ThreadMessageRow(SQLModel, table=True):
     thread_ts: str = Field(max_length=32)  # where answers go
     ts: str = Field(max_length=64)  # Slack's; within a thread, the order of the messages
     user_id: str = Field(max_length=32)  # whose turn it is: who may spend, who approves
-    author_id: str = Field(max_length=32)  # who wrote the text (a Retry runs another's question)
+    # Who wrote the text (a Retry runs another's question; `gh:<login>` for the forge's).
+    author_id: str = Field(max_length=64)
     team_id: str | None = Field(default=None, max_length=32)
     user_team: str | None = Field(default=None, max_length=32)
     enterprise_id: str | None = Field(default=None, max_length=32)
@@ -308,3 +309,35 @@ class ThreadLeaseRow(SQLModel, table=True):
     run_id: str = Field(max_length=64)
     direct: bool = False  # an `@agent` run: it reads no steering
     created_at: datetime = _timestamp(nullable=False)
+
+
+class ThreadBranchRow(SQLModel, table=True):
+    """A thread's branch on a workspace with a git remote, its worktree and its PR.
+
+    One per thread (`session_key`); the branch is unique in its repository. `head` is
+    the last commit Baton made on it, `pushed` the last it pushed (the lease of the
+    next push), `checks_sha`/`checks_told` the head whose failing checks were told and
+    which. `state`: ``active``, ``discarded``, ``merged`` or ``closed``.
+    """
+
+    __tablename__ = "thread_branches"
+    __table_args__ = (UniqueConstraint("repo", "branch"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_key: str = Field(max_length=255, unique=True, index=True)
+    channel_id: str = Field(max_length=32)
+    thread_ts: str = Field(max_length=32)
+    repo: str = Field(max_length=255, index=True)  # owner/name on the forge
+    branch: str = Field(max_length=160)
+    base: str = Field(max_length=200)
+    worktree: str = Field(sa_column=Column(Text, nullable=False))
+    requester: str | None = Field(default=None, max_length=32)
+    head: str | None = Field(default=None, max_length=64)
+    pushed: str | None = Field(default=None, max_length=64)
+    pr_number: int | None = None
+    pr_url: str | None = Field(default=None, sa_column=Column(Text))
+    checks_sha: str | None = Field(default=None, max_length=64)
+    checks_told: list[str] = Field(default_factory=list, sa_column=Column(JSON))
+    state: str = Field(default="active", max_length=16, index=True)
+    created_at: datetime = _timestamp(nullable=False)
+    updated_at: datetime = _timestamp(nullable=False)

@@ -11,7 +11,7 @@ from sqlalchemy import func, insert
 from sqlmodel import col, select
 
 from bot.store.database import Database
-from bot.store.models import UsageRow, utcnow
+from bot.store.models import RunRow, UsageRow, utcnow
 
 _INSERT = insert(UsageRow)
 
@@ -131,6 +131,11 @@ class UsageStore:
     async def run_total(self, run_id: str) -> UsageTotals:
         """What one run spent, over every day it lasted, its sub-agents included."""
         return await self._totals(col(UsageRow.run_id) == run_id)
+
+    async def session_total(self, session_id: int) -> UsageTotals:
+        """What every run of one conversation spent, its sub-agents included."""
+        runs = select(RunRow.id).where(col(RunRow.session_id) == session_id)
+        return await self._totals(col(UsageRow.run_id).in_(runs))
 
     async def _totals(self, *conditions: Any) -> UsageTotals:
         query = (

@@ -40,8 +40,10 @@ async def merge_branch(
     root: Path,
     by: str,
     protected: Sequence[worktrees.ProtectedFile],
+    thread: worktrees.Worktree | None = None,
 ) -> str:
-    """Merge the task's branch into `root`'s current branch; what happened, for people.
+    """Merge the task's branch into `root`'s current branch, or into the thread's
+    branch in its worktree `thread` (a workspace with a remote); what happened.
 
     `protected`: Baton's own files (configuration, database); a branch that changes
     any of them is refused, as one that changes `.baton/` is.
@@ -53,13 +55,19 @@ async def merge_branch(
     if claimed is None:
         return f"`{task.branch}` was merged or discarded meanwhile."
     try:
-        outcome = await worktrees.merge(
-            root,
-            task.branch,
-            message=f"Merge {task.branch}: {task.description} ({task.agent})",
-            expected=task.branch_commit,
-            protected=protected,
-        )
+        message = f"Merge {task.branch}: {task.description} ({task.agent})"
+        if thread is not None:
+            outcome = await worktrees.merge_into_thread(
+                thread,
+                task.branch,
+                message=message,
+                expected=task.branch_commit,
+                protected=protected,
+            )
+        else:
+            outcome = await worktrees.merge(
+                root, task.branch, message=message, expected=task.branch_commit, protected=protected
+            )
     except Exception as exc:
         logger.exception("merging %s failed", task.branch)
         await tracker.store.move_merge_state(task.id, old="merging", new="pending")

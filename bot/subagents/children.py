@@ -55,6 +55,9 @@ class ParentContext:
     # permission hook made for that worktree (None: the site's hooks).
     root: Path | None = None
     hooks: tuple[Hook, ...] | None = None
+    # The thread's branch when the run works in a thread's worktree: isolated children
+    # start from it (None: from the site's checkout).
+    branch: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

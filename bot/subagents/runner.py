@@ -413,7 +413,8 @@ class SubAgentRunner:
                 return await self._worktree_failed(record, definition, exc)
             # From the site's checkout (see check_isolation), whoever the parent is.
             populating = asyncio.create_task(
-                worktrees.create_in(self.workspace, path), name=f"{record.id}-worktree"
+                worktrees.create_in(self.workspace, path, start=parent.branch),
+                name=f"{record.id}-worktree",
             )
             watch = _CheckoutWatch(asyncio.current_task())
             populating.add_done_callback(watch)
@@ -600,6 +601,8 @@ class SubAgentRunner:
             task_id=record.id,
             root=where,
             hooks=tuple(hooks),
+            # In the thread's worktree still (not a worktree of its own): the thread's branch.
+            branch=parent.branch if where == (parent.root or self.workspace) else None,
         )
         extra.append(TaskTool(registry=self.registry, runner=self, parent=own, allowed=allowed))
         extra += control_tools(self.tracker, session_id=parent.session_id, parent_id=record.id)
