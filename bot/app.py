@@ -40,6 +40,9 @@ from bot.tools import ToolRegistry, Workspace
 logger = logging.getLogger(__name__)
 
 LLM_TIMEOUT_S = 300.0
+PULLS_SHOWN = 5
+# A thread branch's state, as a pull request's is said.
+PULL_STATES = {"active": "open", "discarded": "branch discarded"}
 
 
 @dataclass(slots=True, kw_only=True)
@@ -136,6 +139,24 @@ class Baton:
         if row is None or not row.active:
             return None
         return await workbench.repository.tree_of(row)
+
+    async def pulls_line(
+        self, *, channel_id: str | None = None, requester: str | None = None
+    ) -> str | None:
+        """The pull requests of a channel's threads (`/tasks`) or of a person's (App
+        Home), newest first, as one line of Slack links; None when there are none."""
+        if self.forge is None:
+            return None
+        rows = await self.forge.store.with_pulls(
+            channel_id=channel_id, requester=requester, limit=PULLS_SHOWN
+        )
+        if not rows:
+            return None
+        shown = ", ".join(
+            f"<{row.pr_url}|{row.repo}#{row.pr_number}> ({PULL_STATES.get(row.state, row.state)})"
+            for row in rows
+        )
+        return f"Pull requests: {shown}"
 
     async def thread_work(self, session_key: str) -> tuple[tuple[str, ...], str | None]:
         """The agents that worked in a conversation and what its runs spent, in words

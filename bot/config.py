@@ -801,6 +801,9 @@ def load_file_config(path: Path) -> FileConfig:
         raise ConfigError(_describe(exc, str(path))) from exc
 
 
+_URL_CREDENTIALS = re.compile(r"(//)[^/@\s'\"]+@")
+
+
 def _describe(exc: ValidationError, where: str, *, by_alias: bool = False) -> str:
     problems = []
     for error in exc.errors():
@@ -817,5 +820,6 @@ def _describe(exc: ValidationError, where: str, *, by_alias: bool = False) -> st
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    # Credentials in a URL (a remote, a database) are never repeated back.
+    text = _URL_CREDENTIALS.sub(r"\1…@", repr(value))
     return text if len(text) <= 60 else text[:57] + "..."

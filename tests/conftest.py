@@ -72,14 +72,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     in one of its fixtures' modules) run: the others would only repeat the SQLite pass."""
     if harness_database_kind() != "postgresql":
         return
-    from tests.slack import harness
+    from tests.slack import forge_harness, harness
+
+    builders = {
+        "start_harness": harness.start_harness,
+        "start_forge_harness": forge_harness.start_forge_harness,
+        "forge_harness": forge_harness.forge_harness,
+    }
 
     def builds_harness(item: pytest.Item) -> bool:
         modules = {getattr(item, "module", None)}
         info = getattr(item, "_fixtureinfo", None)
         for definitions in info.name2fixturedefs.values() if info else ():
             modules.update(inspect.getmodule(d.func) for d in definitions)
-        return any(getattr(m, "start_harness", None) is harness.start_harness for m in modules)
+        return any(
+            getattr(m, name, None) is builder for m in modules for name, builder in builders.items()
+        )
 
     kept = [item for item in items if builds_harness(item)]
     if len(kept) < len(items):

@@ -190,3 +190,89 @@ async def test_the_loaded_workspaces_become_sites(
             assert all(config in site.policy.masked for site in baton.sites)
         finally:
             await baton.close()
+
+
+# --- workspaces with a git remote --------------------------------------------------------
+
+
+def load_yaml(tmp: Path, text: str) -> Settings:
+    write(tmp / "conf" / "baton.yaml", text)
+    return load_settings(cwd=tmp)
+
+
+def refused_yaml(tmp: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_yaml(tmp, text)
+    return str(caught.value)
+
+
+def test_a_workspace_may_name_a_remote_and_a_base(tmp: Path) -> None:
+    settings = load_yaml(
+        tmp,
+        "workspaces:\n"
+        f"  C0API: {{path: {tmp / 'repos' / 'api'}, remote: 'https://github.com/acme/api.git',"
+        " base: develop}\n"
+        f"  C0WEB: {tmp / 'repos' / 'web'}\n",
+    )
+    api = tmp / "repos" / "api"
+    assert settings.workspaces == {"C0API": api, "C0WEB": tmp / "repos" / "web"}
+    repository = settings.repositories[api]
+    assert (repository.remote, repository.base) == ("https://github.com/acme/api.git", "develop")
+    assert list(settings.repositories) == [api]  # the plain form names no remote
+
+
+def test_a_missing_directory_with_a_remote_is_made_to_clone_into(tmp: Path) -> None:
+    target = tmp / "repos" / "new"
+    settings = load_yaml(
+        tmp,
+        f"workspaces:\n  C0NEW: {{path: {target}, remote: 'http://127.0.0.1:9/acme/new.git'}}\n",
+    )
+    assert target.is_dir() and settings.repositories[target].base == "main"
+
+
+@pytest.mark.parametrize(
+    ("remote", "why"),
+    [
+        ("git@github.com:acme/api.git", "http(s) URL"),
+        ("ssh://github.com/acme/api.git", "http(s) URL"),
+        ("file:///srv/repos/api.git", "http(s) URL"),
+        ("https://x-access-token:ghp_secret@github.com/acme/api.git", "credentials"),
+        ("https://github.com/acme", "owner/repository"),
+        ("https://github.com/acme/api.git?ref=main", "query"),
+        ("https://github.com/-acme/api.git", "owner/repository"),
+    ],
+)
+def test_a_remote_baton_cannot_use_is_refused(tmp: Path, remote: str, why: str) -> None:
+    message = refused_yaml(
+        tmp, f"workspaces:\n  C0API: {{path: {tmp / 'repos' / 'api'}, remote: '{remote}'}}\n"
+    )
+    assert why in message
+    assert "ghp_secret" not in message
+
+
+@pytest.mark.parametrize("base", ["-main", "baton/x", "main..dev", "refs/../x", "a b", "x.lock"])
+def test_a_base_that_is_no_branch_name_is_refused(tmp: Path, base: str) -> None:
+    message = refused_yaml(
+        tmp,
+        f"workspaces:\n  C0API: {{path: {tmp / 'repos' / 'api'}, "
+        f"remote: 'https://github.com/acme/api.git', base: '{base}'}}\n",
+    )
+    assert "branch name" in message
+
+
+def test_channels_sharing_a_directory_must_agree_on_its_remote(tmp: Path) -> None:
+    api = tmp / "repos" / "api"
+    message = refused_yaml(
+        tmp,
+        "workspaces:\n"
+        f"  C0API: {{path: {api}, remote: 'https://github.com/acme/api.git'}}\n"
+        f"  C0OPS: {{path: {api}, remote: 'https://github.com/acme/other.git'}}\n",
+    )
+    assert "share its remote" in message
+
+
+def test_forge_secrets_are_redacted_like_slacks(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_redactMe123456")
+    monkeypatch.setenv("GITHUB_WEBHOOK_SECRET", "whsec_redactMe")
+    settings = load_yaml(tmp, "model: m\n")
+    assert {"ghp_redactMe123456", "whsec_redactMe"} <= set(settings.secret_values)

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 
+from bot.forge.remote import safe_url
 from bot.forge.threads import Published, ThreadRepository, ThreadWorkError
 from bot.sessions.workbench import PullContext, PullResult
 from bot.store.branches import BranchStore, ThreadBranch
@@ -77,7 +78,9 @@ class ForgeDesk:
             )
         pull = published.pull
         verb = "Opened draft pull request" if published.opened else "Updated pull request"
-        return PullResult(ok=True, text=f"{verb} <{pull.url}|#{pull.number}>.", url=pull.url)
+        url = safe_url(pull.url)
+        shown = f"<{url}|#{pull.number}>" if url else f"#{pull.number}"
+        return PullResult(ok=True, text=f"{verb} {shown}.", url=url)
 
     async def diff(self, row: ThreadBranch) -> bytes:
         repository = self.repository(row)
@@ -94,8 +97,8 @@ class ForgeDesk:
         except ThreadWorkError as error:
             return f"✗ {error}"
         tail = (
-            f" Its pull request <{row.pr_url}|#{row.pr_number}> stays open on the forge."
-            if row.pr_url
+            f" Its pull request {pull_link(row)} stays open on the forge."
+            if row.pr_number is not None
             else ""
         )
         return f"⊘ Discarded `{row.branch}` and its worktree.{tail}"
@@ -132,3 +135,9 @@ def _gone(row: ThreadBranch) -> str:
     if row.state in ("merged", "closed"):
         return f"The pull request of `{row.branch}` was {row.state}."
     return f"`{row.branch}` belongs to no workspace with a remote any more."
+
+
+def pull_link(row: ThreadBranch) -> str:
+    """`<url|#12>` for Slack, or `#12` when the stored URL is not one Slack can show."""
+    url = safe_url(row.pr_url)
+    return f"<{url}|#{row.pr_number}>" if url else f"#{row.pr_number}"

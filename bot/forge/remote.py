@@ -66,3 +66,14 @@ def parse_remote(url: str) -> RepoRef:
     if not _OWNER.fullmatch(owner) or not _NAME.fullmatch(name) or name in (".", ".."):
         raise RemoteError(f"remote {url!r}: {owner}/{name} is not an owner/repository name")
     return RepoRef(url=text, owner=owner, name=name)
+
+
+# A link Slack shows as is: http(s), nothing that would end the link or start another.
+_SAFE_URL = re.compile(r"https?://[^\s<>|`\"']{1,2000}")
+
+
+def safe_url(url: str | None) -> str | None:
+    """`url` when it can go inside a Slack link (`<url|label>`) unchanged; else None."""
+    if url is None or not _SAFE_URL.fullmatch(url):
+        return None
+    return url

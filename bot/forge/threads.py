@@ -22,7 +22,7 @@ from bot.config import Repository
 from bot.errors import BatonError
 from bot.forge.forge import Forge, ForgeError, ForgeFailure, PullRequest
 from bot.forge.git_remote import GitRemote, PushOutcome, PushStatus, RemoteGitError
-from bot.forge.remote import RepoRef, parse_remote
+from bot.forge.remote import RepoRef, parse_remote, safe_url
 from bot.store import SessionKey
 from bot.store.branches import BranchStore, ThreadBranch
 from bot.subagents import worktree as worktrees
@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 
 # Under the state directory: `threads/<repository>/<branch id>`.
 THREADS_DIR = "threads"
+# How many branches one thread may have over its life (each merged or closed PR frees
+# its thread for a new one).
+_GENERATIONS = 50
 
 
 class ThreadWorkError(BatonError):
@@ -158,7 +161,7 @@ class ThreadRepository:
                 raise ThreadWorkError(
                     f"Could not fetch {self.base} from {self.repo.full_name}: {error}"
                 ) from error
-            branch = branch_for(key)
+            branch = await self._free_name(key)
             path = self.trees_dir / branch.removeprefix("baton/")
             try:
                 tree = await worktrees.add_thread_tree(self.root, path, branch=branch, start=start)
@@ -176,6 +179,19 @@ class ThreadRepository:
             )
             await self.store.set(row.id, head=start)
             return await self._refreshed(row), tree
+
+    async def _free_name(self, key: SessionKey) -> str:
+        """The thread's branch name, with `-2`, `-3`… after it when an earlier branch of
+        the thread (its pull request merged or closed) still holds the name."""
+        first = branch_for(key)
+        for generation in range(1, _GENERATIONS + 1):
+            name = first if generation == 1 else f"{first}-{generation}"
+            taken = await self.store.by_branch(self.repo.full_name, name) is not None
+            if not taken and not await worktrees.branch_exists(self.root, name):
+                return name
+        raise ThreadWorkError(
+            f"This thread has had {_GENERATIONS} branches already; start a new thread."
+        )
 
     async def _restore(self, row: ThreadBranch) -> worktrees.Worktree:
         """A new worktree for a branch whose directory is gone (the work is on the branch)."""
@@ -287,7 +303,7 @@ class ThreadRepository:
                 raise ThreadWorkError(
                     str(error), retry=error.kind is ForgeFailure.UNREACHABLE
                 ) from error
-            await self.store.set(row.id, pr_number=pull.number, pr_url=pull.url)
+            await self.store.set(row.id, pr_number=pull.number, pr_url=safe_url(pull.url))
             return Published(pull=pull, opened=opened, pushed=pushed)
 
     async def push_update(self, row: ThreadBranch) -> PushOutcome | None:

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from bot.engine import Hook
-from bot.forge.desk import ForgeDesk
+from bot.forge.desk import ForgeDesk, pull_link
 from bot.forge.git_remote import PushStatus
 from bot.forge.threads import ThreadRepository
 from bot.sessions.main_agent import Place
@@ -62,7 +62,7 @@ class ThreadWorkbench:
         if row.pr_number is not None:
             pushed = await self.repository.push_update(row)
             if pushed is not None and pushed.status in (PushStatus.PUSHED, PushStatus.UP_TO_DATE):
-                note = f"Pushed: pull request <{row.pr_url}|#{row.pr_number}> shows it."
+                note = f"Pushed: pull request {pull_link(row)} shows it."
             elif pushed is not None:
                 note = f"✗ Not pushed to pull request #{row.pr_number}: {pushed.message}"
         return WorkChange(

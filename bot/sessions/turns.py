@@ -520,7 +520,9 @@ class TurnMachine:
 
     async def _steer(self, run: ActiveRun, message: ThreadMessage) -> None:
         """Pass a message (and its files) to the running agent; its author is told."""
-        speaker = await self.surface.speaker(message.user_id)
+        # Its author: a review from the forge steers as the forge's user, not as the
+        # person whose turn it is.
+        speaker = await self.surface.speaker(message.author_id or message.user_id)
         clean = self.surface.clean(message.text)
         read = await self.surface.prompt(clean, list(message.files))
         said = f"{speaker}, while you were working" if speaker else "while you were working"

@@ -460,6 +460,7 @@ def tasks_panel(
     usage: str | None = None,
     instructions: str | None = None,
     extra: Sequence[Block] = (),
+    pulls: str | None = None,
 ) -> list[Block]:
     """The ephemeral `/tasks` panel of one channel.
 
@@ -471,6 +472,8 @@ def tasks_panel(
         viewer_may_cancel: Whether the person looking may cancel a task.
         usage: One line of today's token usage (the viewer's and the channel's).
         instructions: One line naming the project instructions the channel's runs read.
+        pulls: One line of the pull requests of the channel's threads (Slack links,
+            made by Baton from what it stored).
         extra: Blocks shown after the tasks (recent approval decisions).
 
     Returns:
@@ -481,6 +484,8 @@ def tasks_panel(
         blocks.append(_context(escape_mrkdwn(_clip(usage, 2_000))))
     if instructions:
         blocks.append(_context(escape_mrkdwn(_clip(instructions, 2_000))))
+    if pulls:
+        blocks.append(_context(pulls))
     blocks += _tasks_list(tasks, now=now, running=running, done=done, may_cancel=viewer_may_cancel)
     blocks += extra
     return blocks[:MESSAGE_BLOCKS_LIMIT]
@@ -779,6 +784,7 @@ def home_view(
     feedback: str | None = None,
     servers: str | None = None,
     agents: str | None = None,
+    pulls: str | None = None,
 ) -> dict[str, Any]:
     """The App Home tab: task counts, today's usage and the viewer's recent tasks.
 
@@ -808,6 +814,8 @@ def home_view(
         blocks.append(_context(escape_mrkdwn(_clip(servers, 2_000))))
     for line in (agents or "").splitlines()[:HOME_WORKSPACES]:
         blocks.append(_context(escape_mrkdwn(_clip(line, 2_000))))
+    if pulls:
+        blocks.append(_context(pulls))  # Baton's own links: see `Baton.pulls_line`
     blocks += [
         {"type": "divider"},
         _section("*Your recent tasks*"),

@@ -28,7 +28,10 @@ from bot.store.branches import ThreadBranch
 
 logger = logging.getLogger(__name__)
 
-_BRANCH_ID = re.compile(r"[0-9]{1,18}")
+_BRANCH_ID = re.compile(r"[0-9]{1,10}")
+# The largest id the column holds (PostgreSQL's INTEGER); a larger value reaches no
+# branch, rather than failing the query.
+_MAX_BRANCH_ID = 2**31 - 1
 # Whether the person who clicked (body, user) may act for work started by someone.
 MayAct = Callable[[dict[str, Any], str, str | None], Awaitable[bool]]
 
@@ -134,7 +137,8 @@ class ForgeActions:
         )
         if not isinstance(user, str) or not channel:
             return None
-        row = await self.desk.branch(int(value)) if _BRANCH_ID.fullmatch(value) else None
+        known = _BRANCH_ID.fullmatch(value) is not None and 0 < int(value) <= _MAX_BRANCH_ID
+        row = await self.desk.branch(int(value)) if known else None
         if row is None or row.channel_id != channel:
             await self._ephemeral(body, "There is no such branch in this channel.")
             return None

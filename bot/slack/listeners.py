@@ -85,6 +85,8 @@ class ListenerParts:
     agents_summary: Callable[[], str | None]
     # What a channel's runs read as project instructions (AGENTS.md), for /tasks.
     instructions_line: Callable[[str], str | None]
+    # The pull requests of a channel's threads, or of the threads a person asked in.
+    pulls_line: Callable[..., Awaitable[str | None]]
     redact: Redactor
 
 
@@ -186,6 +188,7 @@ class Listeners:
                 feedback=feedback_line(rated.good, rated.bad),
                 servers=self.parts.servers_summary(),
                 agents=self.parts.agents_summary(),
+                pulls=await self.parts.pulls_line(requester=user_id),
             ),
         )
 
@@ -272,6 +275,7 @@ class Listeners:
             viewer_may_cancel=viewer_may_cancel,
             usage=describe_usage(usage),
             instructions=self.parts.instructions_line(channel),
+            pulls=await self.parts.pulls_line(channel_id=channel),
             extra=recent_decisions_blocks(decisions, timeout_s=self.approvals.timeout_s),
         )
         await self._ephemeral(channel, user, f"⚙ {running} running · {done} done", blocks)

@@ -234,6 +234,7 @@ class SlackSurface:
                 servers_summary=lambda: summary(baton.mcp.status()),
                 agents_summary=lambda: baton.agents_summary,
                 instructions_line=baton.instructions_line,
+                pulls_line=baton.pulls_line,
                 redact=baton.redact,
             )
         )

@@ -103,21 +103,21 @@ class BranchStore:
             ).first()
             return None if row is None else _branch(row)
 
-    async def in_channel(self, channel_id: str, *, limit: int = 20) -> list[ThreadBranch]:
-        """The channel's branches with a pull request, newest first (for `/tasks`)."""
+    async def with_pulls(
+        self, *, channel_id: str | None = None, requester: str | None = None, limit: int = 10
+    ) -> list[ThreadBranch]:
+        """Branches with a pull request, newest first, of a channel (`/tasks`) or of the
+        threads a person asked in (App Home); never unscoped."""
+        if channel_id is None and requester is None:
+            raise ValueError("listing pull requests needs a channel or a person")
+        query = select(ThreadBranchRow).where(col(ThreadBranchRow.pr_url).is_not(None))
+        if channel_id is not None:
+            query = query.where(ThreadBranchRow.channel_id == channel_id)
+        if requester is not None:
+            query = query.where(ThreadBranchRow.requester == requester)
+        query = query.order_by(col(ThreadBranchRow.updated_at).desc()).limit(limit)
         async with self.database.sessions() as session:
-            rows = (
-                await session.exec(
-                    select(ThreadBranchRow)
-                    .where(
-                        ThreadBranchRow.channel_id == channel_id,
-                        col(ThreadBranchRow.pr_url).is_not(None),
-                    )
-                    .order_by(col(ThreadBranchRow.updated_at).desc())
-                    .limit(limit)
-                )
-            ).all()
-            return [_branch(row) for row in rows]
+            return [_branch(row) for row in (await session.exec(query)).all()]
 
     async def add(
         self,

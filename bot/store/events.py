@@ -31,6 +31,12 @@ class EventLedger:
             return False
         return True
 
+    async def release(self, key: str) -> None:
+        """Forget a claim whose work failed, so the same event delivered again is taken."""
+        async with self.database.sessions() as session:
+            await session.exec(delete(ProcessedEventRow).where(col(ProcessedEventRow.key) == key))
+            await session.commit()
+
     async def prune(self, older_than: timedelta = KEEP_CLAIMS) -> int:
         """Forget claims older than `older_than`; returns how many were removed."""
         async with self.database.sessions() as session:

@@ -321,7 +321,9 @@ class ThreadBranchRow(SQLModel, table=True):
     """
 
     __tablename__ = "thread_branches"
-    __table_args__ = (UniqueConstraint("repo", "branch"),)
+    # Ids are never reused (SQLite would reuse the highest after a delete): an old
+    # message's buttons must never reach a thread's next branch.
+    __table_args__ = (UniqueConstraint("repo", "branch"), {"sqlite_autoincrement": True})
 
     id: int | None = Field(default=None, primary_key=True)
     session_key: str = Field(max_length=255, unique=True, index=True)

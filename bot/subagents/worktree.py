@@ -1478,3 +1478,8 @@ async def restore_thread_tree(repo: Path, path: Path, *, branch: str) -> Worktre
         git_dir=git_dir,
         repo_git_dir=workspace.git_dir,
     )
+
+
+async def branch_exists(repo: Path, branch: str) -> bool:
+    """Whether the repository holding `repo` has a local branch `branch`."""
+    return await _branch_commit(await _open_repo(repo), branch) is not None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 from collections.abc import AsyncIterator
@@ -12,10 +13,12 @@ from typing import Any
 
 from bot.config import PermissionsConfig, Repository
 from bot.slack.server import GITHUB_EVENTS_PATH
+from bot.store import SessionKey
+from bot.store.branches import ThreadBranch
 from tests.fakes.git_server import FakeGitServer
 from tests.fakes.github_api import FakeGitHub, github_delivery
 from tests.fakes.openai_api import Reply, ToolCallSpec
-from tests.slack.harness import ALICE, SlackHarness, start_harness, until
+from tests.slack.harness import ALICE, TEAM, SlackHarness, start_harness, until
 
 TOKEN = "ghp_forgeTestToken1234567890abcdef"
 WEBHOOK_SECRET = "whsec-forge-test"
@@ -84,6 +87,20 @@ async def start_forge_harness(tmp_path: Path, **overrides: Any) -> AsyncIterator
             yield ForgeHarness(slack=slack, git=git, github=github, checkout=checkout.resolve())
 
 
+@contextlib.asynccontextmanager
+async def forge_harness(tmp_path: Path, **overrides: Any) -> AsyncIterator[ForgeHarness]:
+    """`start_forge_harness` as `async with`: everything is stopped when the body ends,
+    also when it fails or skips. The generator is run to its end rather than closed (a
+    closed generator leaves the harness's own generators to garbage collection)."""
+    started = start_forge_harness(tmp_path, **overrides)
+    forge = await anext(started)
+    try:
+        yield forge
+    finally:
+        with contextlib.suppress(StopAsyncIteration):
+            await anext(started)
+
+
 def writes(path: str, content: str, *, text: str = "Done.", call_id: str = "w1") -> list[Reply]:
     """The model writes one file, then answers."""
     return [
@@ -117,3 +134,10 @@ async def until_said(forge: ForgeHarness, thread: str, needle: str) -> dict[str,
 
     await until(look)
     return found[0]
+
+
+async def branch_of(forge: ForgeHarness, thread: str) -> ThreadBranch | None:
+    """The thread's branch record (None before its first turn made one)."""
+    assert forge.slack.baton.forge is not None
+    key = SessionKey.slack_thread(team_id=TEAM, channel_id=CHANNEL, thread_ts=thread)
+    return await forge.slack.baton.forge.store.of_thread(key.key)

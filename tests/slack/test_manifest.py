@@ -129,6 +129,13 @@ FEATURE_SCOPES: dict[str, str] = {
 # downloads files.
 DOWNLOAD_FIELDS: frozenset[str] = frozenset({"url_private", "url_private_download"})
 DOWNLOAD_SCOPES: frozenset[str] = frozenset({"files:read"})
+# Fields of a Slack object that only a scope reveals: a user's profile email needs
+# users:read.email (docs.slack.dev/reference/scopes/users.read.email). Code in bot/ that
+# reads such a field needs its scope.
+FIELD_SCOPES: dict[str, frozenset[str]] = {
+    **dict.fromkeys(DOWNLOAD_FIELDS, DOWNLOAD_SCOPES),
+    "email": frozenset({"users:read.email"}),
+}
 
 REQUIRED_EVENTS = {
     "app_mention",
@@ -170,7 +177,10 @@ class Call:
 
 
 # The design reads files attached to messages (DESIGN.md, "Slack surface").
-BATON_DOWNLOADS: tuple[Call, ...] = (Call("download url_private_download", "DESIGN.md"),)
+BATON_DOWNLOADS: tuple[Call, ...] = (
+    Call("download url_private_download", "DESIGN.md"),
+    Call("download email", "DESIGN.md"),  # a commit's Co-authored-by: who asked
+)
 
 
 def _api_method_of(sdk_name: str) -> tuple[str, ...]:
@@ -224,14 +234,14 @@ def scan_downloads(source: str, name: str = "<sample>") -> list[Call]:
         (
             Call(f"download {node.value}", f"{name}:{node.lineno}")
             for node in ast.walk(ast.parse(source, filename=name))
-            if isinstance(node, ast.Constant) and node.value in DOWNLOAD_FIELDS
+            if isinstance(node, ast.Constant) and node.value in FIELD_SCOPES
         ),
         key=lambda call: int(call.where.rsplit(":", 1)[1]),
     )
 
 
 def download_needs(downloads: Iterable[Call]) -> list[Need]:
-    return [Need(f"{d.method} ({d.where})", DOWNLOAD_SCOPES) for d in downloads]
+    return [Need(f"{d.method} ({d.where})", FIELD_SCOPES[d.method.split()[-1]]) for d in downloads]
 
 
 def scan_download_tree(root: Path) -> list[Call]:
@@ -520,6 +530,7 @@ async def post(client: AsyncWebClient, channel: str, ts: str) -> None:
     await say("not a Bolt listener here")
     await client.reactions_add(channel=channel, timestamp=ts, name="eyes")
     url = {}.get("url_private_download")  # a file download: not a Web API call
+    email = {}.get("email")  # a profile's email: a field only users:read.email shows
 
 
 def say(text: str) -> None:

@@ -44,6 +44,8 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("repo", "branch"),
+        # Ids are never reused: an old message's buttons must not reach a new branch.
+        sqlite_autoincrement=True,
     )
     op.create_index(
         "ix_thread_branches_session_key", "thread_branches", ["session_key"], unique=True
