@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.slack_budget
 	$(BIN)/python -m bench.streaming
 	$(BIN)/python -m bench.replicas
+	$(BIN)/python -m bench.pull_request
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
