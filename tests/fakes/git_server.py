@@ -27,7 +27,7 @@ import contextlib
 import os
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -72,6 +72,8 @@ class FakeGitServer:
         self._repos.mkdir(parents=True)
         self._home.mkdir()
         self._tokens: set[str] = set()
+        # Also valid: tokens this says are (a fake GitHub's installation tokens).
+        self.accepts: Callable[[str], bool] | None = None
         self._protected: dict[str, set[str]] = {}
         self._runner: web.AppRunner | None = None
         self._url: str | None = None
@@ -332,7 +334,8 @@ class FakeGitServer:
         except (binascii.Error, ValueError):
             return None
         user, colon, password = decoded.decode("utf-8", "replace").partition(":")
-        if not colon or password not in self._tokens:
+        valid = password in self._tokens or (self.accepts is not None and self.accepts(password))
+        if not colon or not valid:
             return None
         return user or "anonymous"
 

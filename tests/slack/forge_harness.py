@@ -23,6 +23,7 @@ from tests.slack.harness import ALICE, TEAM, SlackHarness, start_harness, until
 TOKEN = "ghp_forgeTestToken1234567890abcdef"
 WEBHOOK_SECRET = "whsec-forge-test"
 REPO = "acme/api"
+INSTALLATION = 42
 CHANNEL = "C1"
 FILES = {"app.py": "print('hello')\n", "README.md": "# api\n"}
 
@@ -63,7 +64,7 @@ async def start_forge_harness(tmp_path: Path, **overrides: Any) -> AsyncIterator
     async with FakeGitServer(tmp_path / "forge") as git, FakeGitHub() as github:
         remote = git.create_repo(REPO, files=FILES)
         git.add_token(TOKEN)
-        github.add_repo(REPO)
+        github.add_repo(REPO, installation_id=INSTALLATION)
         github.add_token(TOKEN)
         github.branch_sha = lambda repo, branch: git.head(repo, branch)
         checkout = tmp_path / "checkout"

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
 from bot.slack.forge_views import OPEN_PULL
+from tests.fakes.github_api import FakeGitHub
 from tests.slack.forge_harness import (
     CHANNEL,
+    FILES,
+    INSTALLATION,
     REPO,
+    TOKEN,
     ask,
     start_forge_harness,
     until_said,
@@ -39,5 +47,49 @@ async def test_a_threads_change_becomes_a_draft_pull_request(tmp_path: Path) -> 
         assert "add a greeting" in commit
         link = await until_said(forge, thread, "Opened draft pull request")
         assert f"/pull/{pull.number}" in str(link)
-        # The checkout everyone shares is untouched: the work lives on the thread's branch.
+        # The checkout, cloned at start-up, is untouched: the work lives on the thread's
+        # branch.
+        assert (forge.checkout / "app.py").read_text() == FILES["app.py"]
         assert not (forge.checkout / "greet.py").exists()
+
+
+def installation_token_of(github: FakeGitHub) -> Callable[[str], bool]:
+    """Whether a token is one of `github`'s live installation tokens (the git server
+    then takes it, as GitHub's git does)."""
+
+    def accepts(token: str) -> bool:
+        return any(i.token == token and not i.revoked for i in github.issued_tokens)
+
+    return accepts
+
+
+async def test_a_github_app_pushes_and_opens_with_installation_tokens(tmp_path: Path) -> None:
+    """GITHUB_APP_ID and the key file instead of a token: the installation is found from
+    the repository, and its token serves both the push and the pull request."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+    key_file = tmp_path / "app.pem"
+    key_file.write_bytes(pem)
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    async for forge in start_forge_harness(
+        tmp_path, github_token=None, github_app_id="4242", github_app_private_key=key_file
+    ):
+        forge.github.set_app(4242, public)
+        forge.git.accepts = installation_token_of(forge.github)
+        forge.git.revoke(TOKEN)  # only the App's installation tokens push now
+        thread = await ask(forge, "add a greeting", writes("greet.py", "print('hi')\n"))
+        await until_said(forge, thread, OPEN_PULL)
+        button = forge.slack.find_button(CHANNEL, thread, OPEN_PULL)
+        assert button is not None
+        await forge.slack.click(OPEN_PULL, button["button"]["value"], user=ALICE)
+        await until_said(forge, thread, "Opened draft pull request")
+        (pull,) = forge.github.pulls(REPO)
+        assert forge.git.show(REPO, pull.head_ref, "greet.py") == "print('hi')\n"
+        assert forge.github.issued_tokens, "the push and the PR used an installation token"
+        assert {i.installation_id for i in forge.github.issued_tokens} == {INSTALLATION}
