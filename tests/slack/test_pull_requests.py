@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,12 +17,13 @@ from tests.slack.forge_harness import (
     INSTALLATION,
     REPO,
     TOKEN,
+    ForgeHarness,
     ask,
     start_forge_harness,
     until_said,
     writes,
 )
-from tests.slack.harness import ALICE
+from tests.slack.harness import ALICE, until
 
 
 async def test_a_threads_change_becomes_a_draft_pull_request(tmp_path: Path) -> None:
@@ -47,10 +49,30 @@ async def test_a_threads_change_becomes_a_draft_pull_request(tmp_path: Path) -> 
         assert "add a greeting" in commit
         link = await until_said(forge, thread, "Opened draft pull request")
         assert f"/pull/{pull.number}" in str(link)
+        await pull_requests_are_listed(forge, f"{REPO}#{pull.number}")
         # The checkout, cloned at start-up, is untouched: the work lives on the thread's
         # branch.
         assert (forge.checkout / "app.py").read_text() == FILES["app.py"]
         assert not (forge.checkout / "greet.py").exists()
+
+
+async def pull_requests_are_listed(forge: ForgeHarness, name: str) -> None:
+    """`/tasks` in the channel, and the requester's App Home, link the pull request."""
+    slack = forge.slack
+    assert await slack.command(channel=CHANNEL) == 200
+    await until(lambda: bool(slack.slack.ephemerals))
+    panel = json.dumps(slack.slack.ephemerals[-1]["blocks"])
+    assert "Pull requests:" in panel and name in panel and "(open)" in panel
+    # Another channel's /tasks shows none of them.
+    assert await slack.command(channel="C2") == 200
+    await until(lambda: len(slack.slack.ephemerals) == 2)
+    assert name not in json.dumps(slack.slack.ephemerals[-1]["blocks"])
+    event = {"type": "app_home_opened", "user": ALICE, "channel": "D1", "tab": "home",
+             "event_ts": "1.1"}  # fmt: skip
+    assert (await slack.send_event(event)).status == 200
+    await until(lambda: bool(slack.slack.calls_to("views.publish")))
+    home = json.dumps(slack.slack.calls_to("views.publish")[-1].params["view"])
+    assert name in home
 
 
 def installation_token_of(github: FakeGitHub) -> Callable[[str], bool]:
