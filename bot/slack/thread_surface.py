@@ -311,16 +311,7 @@ class SlackThreadSurface:
         return None
 
     async def offer_retry(self, where: Where, run_id: str) -> None:
-        post = interrupted_message(run_id, retry=True)
-        try:
-            await self.client.chat_postMessage(
-                channel=where.channel_id,
-                thread_ts=where.thread_ts,
-                text=post.text,
-                blocks=post.blocks,
-            )
-        except SlackApiError as exc:
-            logger.warning("could not offer a retry: %s", exc.response.get("error"))
+        await self.post_blocks(where, interrupted_message(run_id, retry=True))
 
     async def offer_change(self, where: Where, run_id: str, change: WorkChange) -> None:
         await self.post_blocks(where, change_message(change))

@@ -1260,22 +1260,24 @@ async def add_thread_tree(repo: Path, path: Path, *, branch: str, start: str) ->
     if not _SHA.fullmatch(start):
         raise WorktreeError(f"{start!r} is not a commit id")
     workspace = await _open_repo(repo)
+    return await _add_thread_worktree(workspace, path, branch, new_from=start, base=start)
+
+
+async def _add_thread_worktree(
+    workspace: _Repo, path: Path, branch: str, *, new_from: str | None, base: str
+) -> Worktree:
+    """`worktree add` at `path` of `branch`: made from commit `new_from`, or the
+    existing branch when None (git's stale record of a gone worktree pruned first)."""
     if path.is_relative_to(workspace.top):
         raise WorktreeError(f"Worktrees must live outside the workspace; {path} is inside it")
     await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+    where = ("-b", branch, "--", str(path), new_from) if new_from else ("--", str(path), branch)
     async with _repo_lock(workspace.common_dir):
+        if new_from is None:
+            await workspace.run("worktree", "prune")
+        reason = f"Baton thread branch {branch}"
         result = await workspace.run(
-            "worktree",
-            "add",
-            "--quiet",
-            "--lock",
-            "--reason",
-            f"Baton thread branch {branch}",
-            "-b",
-            branch,
-            "--",
-            str(path),
-            start,
+            "worktree", "add", "--quiet", "--lock", "--reason", reason, *where
         )
     if result.returncode != 0:
         raise WorktreeError(f"Could not make a worktree for {branch}: {result.error}")
@@ -1284,7 +1286,7 @@ async def add_thread_tree(repo: Path, path: Path, *, branch: str, start: str) ->
         repo=workspace.top,
         path=path,
         branch=branch,
-        base=start,
+        base=base,
         git_dir=git_dir,
         repo_git_dir=workspace.git_dir,
     )
@@ -1451,33 +1453,7 @@ async def restore_thread_tree(repo: Path, path: Path, *, branch: str) -> Worktre
     tip = await _branch_commit(workspace, branch)
     if tip is None:
         raise WorktreeError(f"The branch {branch} is gone")
-    if path.is_relative_to(workspace.top):
-        raise WorktreeError(f"Worktrees must live outside the workspace; {path} is inside it")
-    await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
-    async with _repo_lock(workspace.common_dir):
-        await workspace.run("worktree", "prune")
-        result = await workspace.run(
-            "worktree",
-            "add",
-            "--quiet",
-            "--lock",
-            "--reason",
-            f"Baton thread branch {branch}",
-            "--",
-            str(path),
-            branch,
-        )
-    if result.returncode != 0:
-        raise WorktreeError(f"Could not make a worktree for {branch}: {result.error}")
-    git_dir = await _new_worktree_git_dir(path, workspace, path.name)
-    return Worktree(
-        repo=workspace.top,
-        path=path,
-        branch=branch,
-        base=tip,
-        git_dir=git_dir,
-        repo_git_dir=workspace.git_dir,
-    )
+    return await _add_thread_worktree(workspace, path, branch, new_from=None, base=tip)
 
 
 async def branch_exists(repo: Path, branch: str) -> bool:
