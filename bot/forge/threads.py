@@ -145,13 +145,19 @@ class ThreadRepository:
         async with self._lock(key.key):
             known = await self.store.of_thread(key.key)
             if known is not None and known.active:
-                tree = await worktrees.reopen_thread_tree(
-                    self.root, Path(known.worktree), branch=known.branch
-                )
-                if tree is not None:
-                    return known, tree
-                # Its directory went (closed PR, a lost disk): start again from the branch.
-                return known, await self._restore(known)
+                tree = await self.tree_of(known)
+                if tree is None:
+                    # No worktree here: the thread ran on another replica (each makes its
+                    # own, in its state directory), or its directory went. The work is
+                    # on the branch: check it out again.
+                    return known, await self._restore(known)
+                try:
+                    # Another replica may have committed on the branch since this
+                    # worktree last saw it: its files move to the branch's tip first.
+                    await worktrees.sync_thread_tree(tree)
+                except worktrees.WorktreeError as error:
+                    raise ThreadWorkError(str(error)) from error
+                return known, tree
             if known is not None:
                 await self.store.remove(known.id)
             try:
@@ -162,7 +168,7 @@ class ThreadRepository:
                     f"Could not fetch {self.base} from {self.repo.full_name}: {error}"
                 ) from error
             branch = await self._free_name(key)
-            path = self.trees_dir / branch.removeprefix("baton/")
+            path = self.tree_path(branch)
             try:
                 tree = await worktrees.add_thread_tree(self.root, path, branch=branch, start=start)
             except worktrees.WorktreeError as error:
@@ -197,15 +203,23 @@ class ThreadRepository:
         """A new worktree for a branch whose directory is gone (the work is on the branch)."""
         try:
             return await worktrees.restore_thread_tree(
-                self.root, Path(row.worktree), branch=row.branch
+                self.root, self.tree_path(row.branch), branch=row.branch
             )
         except worktrees.WorktreeError as error:
             raise ThreadWorkError(
                 f"Could not make the worktree of {row.branch} again: {error}"
             ) from error
 
+    def tree_path(self, branch: str) -> Path:
+        """Where this replica keeps `branch`'s worktree: in its own state directory
+        (the path stored with the branch is where the replica that made it keeps it)."""
+        return self.trees_dir / branch.removeprefix("baton/")
+
     async def tree_of(self, row: ThreadBranch) -> worktrees.Worktree | None:
-        return await worktrees.reopen_thread_tree(self.root, Path(row.worktree), branch=row.branch)
+        """The branch's worktree on this replica, if it has one."""
+        return await worktrees.reopen_thread_tree(
+            self.root, self.tree_path(row.branch), branch=row.branch
+        )
 
     async def _refreshed(self, row: ThreadBranch) -> ThreadBranch:
         fresh = await self.store.get(row.id)

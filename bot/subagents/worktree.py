@@ -1271,7 +1271,14 @@ async def _add_thread_worktree(
     if path.is_relative_to(workspace.top):
         raise WorktreeError(f"Worktrees must live outside the workspace; {path} is inside it")
     await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
-    where = ("-b", branch, "--", str(path), new_from) if new_from else ("--", str(path), branch)
+    # An existing branch may be checked out in another replica's worktree (each keeps
+    # its own): --force lets this one check it out too. Turns of a thread take turns,
+    # and each worktree is brought to the branch's tip before a turn (sync_thread_tree).
+    where = (
+        ("-b", branch, "--", str(path), new_from)
+        if new_from
+        else ("--force", "--", str(path), branch)
+    )
     async with _repo_lock(workspace.common_dir):
         if new_from is None:
             await workspace.run("worktree", "prune")
@@ -1454,6 +1461,37 @@ async def restore_thread_tree(repo: Path, path: Path, *, branch: str) -> Worktre
     if tip is None:
         raise WorktreeError(f"The branch {branch} is gone")
     return await _add_thread_worktree(workspace, path, branch, new_from=None, base=tip)
+
+
+async def sync_thread_tree(tree: Worktree) -> bool:
+    """Bring a thread's worktree to its branch's tip when another replica committed on
+    the branch since this worktree last committed (or synced); True if files moved.
+
+    The worktree's index holds the tree it last saw (`commit_thread` resets it to each
+    new tip); a two-way `read-tree -m -u` moves the files from that tree to the tip's,
+    and refuses, changing nothing, when a file it would change was edited here and not
+    committed.
+
+    Raises:
+        WorktreeError: The branch is gone, or files here would be overwritten.
+    """
+    own = _Git(cwd=tree.path, options=(f"--git-dir={tree.git_dir}", f"--work-tree={tree.path}"))
+    common = _common_git(tree)
+    tip = await _branch_commit(common, tree.branch)
+    if tip is None:
+        raise WorktreeError(f"The branch {tree.branch} is gone")
+    seen = (await _checked(own, "write-tree")).text
+    (tip_tree,) = await _trees(common, tip)
+    if seen == tip_tree:
+        return False
+    async with _repo_lock(tree.git_dir.parent.parent):
+        moved = await own.run("read-tree", "-m", "-u", seen, tip)
+    if moved.returncode != 0:
+        raise WorktreeError(
+            f"{tree.branch} moved on (committed from another replica) and this worktree "
+            f"has changes of its own in the same files; they were kept: {moved.error}"
+        )
+    return True
 
 
 async def branch_exists(repo: Path, branch: str) -> bool:
