@@ -159,6 +159,9 @@ class ThreadRepository:
                     raise ThreadWorkError(str(error)) from error
                 return known, tree
             if known is not None:
+                # Discarded, or its pull request closed (maybe on another replica): a
+                # worktree this replica kept of it goes before the thread starts anew.
+                await self._remove_leftover(known)
                 await self.store.remove(known.id)
             try:
                 await self.ensure_clone()  # a clone that failed at start-up is tried again
@@ -208,6 +211,17 @@ class ThreadRepository:
         except worktrees.WorktreeError as error:
             raise ThreadWorkError(
                 f"Could not make the worktree of {row.branch} again: {error}"
+            ) from error
+
+    async def _remove_leftover(self, row: ThreadBranch) -> None:
+        path = self.tree_path(row.branch)
+        if not await asyncio.to_thread(path.exists):
+            return
+        try:
+            await worktrees.remove_leftover_tree(self.root, path)
+        except (OSError, worktrees.WorktreeError) as error:
+            raise ThreadWorkError(
+                f"Could not remove the old worktree of {row.branch} at {path}: {error}"
             ) from error
 
     def tree_path(self, branch: str) -> Path:

@@ -1435,8 +1435,33 @@ async def remove_thread_tree(tree: Worktree, *, delete_branch: bool) -> None:
     await _remove_own_worktree(workspace, tree)
     if delete_branch:
         async with _repo_lock(workspace.common_dir):
-            if await _branch_commit(workspace, tree.branch) is not None:
-                await _delete_branch(workspace, tree.branch)
+            await _delete_thread_ref(workspace, tree.branch)
+
+
+async def _delete_thread_ref(workspace: _Repo, branch: str) -> bool:
+    """Delete a thread's branch even where another replica's worktree has it checked
+    out (`git branch -D` refuses that); False when there was none."""
+    tip = await _branch_commit(workspace, branch)
+    if tip is None:
+        return False
+    result = await workspace.run("update-ref", "-d", f"refs/heads/{branch}", tip)
+    if result.returncode != 0:
+        raise WorktreeError(f"Could not delete branch {branch}: {result.error}")
+    return True
+
+
+async def remove_leftover_tree(repo: Path, path: Path) -> None:
+    """Remove a worktree this replica left at `path` for a branch that is gone or done
+    with (another replica discarded it, or its pull request closed): git forgets it,
+    and its directory goes."""
+    workspace = await _open_repo(repo)
+    async with _repo_lock(workspace.common_dir):
+        await workspace.run("worktree", "unlock", str(path))
+        removed = await workspace.run("worktree", "remove", "--force", "--force", str(path))
+    if removed.returncode != 0 and await asyncio.to_thread(path.exists):
+        await asyncio.to_thread(_remove_tree, path)
+        async with _repo_lock(workspace.common_dir):
+            await workspace.run("worktree", "prune")
 
 
 async def delete_thread_branch(repo: Path, branch: str) -> bool:
@@ -1445,10 +1470,7 @@ async def delete_thread_branch(repo: Path, branch: str) -> bool:
         raise WorktreeError(f"{branch!r} is not a thread branch (baton/<id>)")
     workspace = await _open_repo(repo)
     async with _repo_lock(workspace.common_dir):
-        if await _branch_commit(workspace, branch) is None:
-            return False
-        await _delete_branch(workspace, branch)
-    return True
+        return await _delete_thread_ref(workspace, branch)
 
 
 async def restore_thread_tree(repo: Path, path: Path, *, branch: str) -> Worktree:

@@ -112,3 +112,37 @@ async def test_uncommitted_edits_in_a_stale_worktree_are_kept_not_overwritten(
         with pytest.raises(ThreadWorkError, match="changes of its own"):
             await a.open(KEY, requester="UALICE")
         assert (tree_a.path / "app.py").read_text() == "print('from a, unsaved')\n"
+
+
+@pytest.mark.parametrize("ending", ["discarded", "merged"])
+async def test_a_branch_ended_on_one_replica_starts_clean_on_the_other(
+    tmp_path: Path, database: Database, ending: str
+) -> None:
+    """Discard (or a merged PR) handled by replica A, while replica B still has the
+    branch checked out: A is not refused, and B's next turn starts a new branch from
+    the base in a fresh worktree, its old one gone."""
+    async with FakeGitServer(tmp_path / "forge") as git:
+        remote = git.create_repo("acme/api", files={"app.py": "print('hello')\n"})
+        git.add_token(TOKEN)
+        checkout = tmp_path / "checkout"
+        checkout.mkdir()
+        a = replica(database, checkout, remote, tmp_path / "state-a")
+        b = replica(database, checkout, remote, tmp_path / "state-b")
+        await a.ensure_clone()
+        row, tree_a = await a.open(KEY, requester="UALICE")
+        (tree_a.path / "old.py").write_text("old\n")
+        assert await a.commit(row, message="old", co_author=None) is not None
+        row, tree_b = await b.open(KEY, requester="UALICE")
+        old_tree_b = tree_b.path
+        if ending == "discarded":
+            await a.discard(row)
+        else:
+            await a.closed(row, merged=True)
+        assert not tree_a.path.exists()
+        row, tree_b = await b.open(KEY, requester="UALICE")
+        assert row.state == "active"
+        assert not (tree_b.path / "old.py").exists()
+        assert (tree_b.path / "app.py").read_text() == "print('hello')\n"
+        if ending == "merged":
+            assert tree_b.path != old_tree_b and not old_tree_b.exists()
+            assert row.branch.endswith("-2")  # the merged branch keeps its name
