@@ -53,8 +53,10 @@ class ForgeDesk:
         context: PullContext,
         title: str | None = None,
         description: str | None = None,
+        trusted: bool = False,
     ) -> PullResult:
-        """Push the branch and open its draft pull request (or update the one it has)."""
+        """Push the branch and open its draft pull request (or update the one it has);
+        `trusted`: an approver asked (only they may push changes to CI workflows)."""
         repository = self.repository(row)
         if repository is None or not row.active:
             return PullResult(ok=False, text=_gone(row))
@@ -68,7 +70,9 @@ class ForgeDesk:
         title = _one_line(title or "") or _default_title(row, summary or "")
         body = pull_body(context, description=description, summary=summary)
         try:
-            published: Published = await repository.publish(row, title=title, body=body)
+            published: Published = await repository.publish(
+                row, title=title, body=body, trusted=trusted
+            )
         except ThreadWorkError as error:
             return PullResult(
                 ok=False,

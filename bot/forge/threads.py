@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 
 # Under the state directory: `threads/<repository>/<branch id>`.
 THREADS_DIR = "threads"
+# What runs with the repository's secrets once it is on the forge: GitHub Actions
+# workflows and the actions they use from the repository.
+WORKFLOW_PATHS = (".github/workflows/", ".github/actions/")
 # How many branches one thread may have over its life (each merged or closed PR frees
 # its thread for a new one).
 _GENERATIONS = 50
@@ -294,10 +297,23 @@ class ThreadRepository:
 
     # --- publishing ---------------------------------------------------------------------
 
-    async def publish(self, row: ThreadBranch, *, title: str, body: str) -> Published:
+    async def _unpushed_workflows(self, row: ThreadBranch, tree: worktrees.Worktree) -> list[str]:
+        """The CI files the branch changes that the forge has not got yet."""
+        since = row.pushed or await self._fork_point(tree)
+        files = await worktrees.thread_change(tree, since=since)
+        return [f.path for f in files if f.path.startswith(WORKFLOW_PATHS)]
+
+    async def publish(
+        self, row: ThreadBranch, *, title: str, body: str, trusted: bool = False
+    ) -> Published:
         """Push the thread's branch and open its draft pull request, or update the one
         it has. Raises ThreadWorkError saying what went wrong (nothing is lost: the work
-        stays on the branch)."""
+        stays on the branch).
+
+        `trusted`: an approver asked. Only then is a change to CI workflows pushed: once
+        on the forge, they run with the repository's secrets, and a model can be talked
+        into writing one that sends them away.
+        """
         if self.forge is None:
             raise ThreadWorkError(
                 f"No forge credentials: set GITHUB_TOKEN or a GitHub App to open pull "
@@ -308,6 +324,8 @@ class ThreadRepository:
             tree = await self.tree_of(row)
             if tree is None:
                 raise ThreadWorkError(f"{row.branch} has no worktree any more")
+            if not trusted and (workflows := await self._unpushed_workflows(row, tree)):
+                raise ThreadWorkError(_workflow_refusal(workflows))
             try:
                 pushed = await self.remote.push_with_retry(
                     self.root, tree.path, row.branch, expected_remote=row.pushed
@@ -343,6 +361,10 @@ class ThreadRepository:
             tree = await self.tree_of(row)
             if tree is None:
                 return None
+            if workflows := await self._unpushed_workflows(row, tree):
+                return PushOutcome(
+                    status=PushStatus.PROTECTED, message=_workflow_refusal(workflows)
+                )
             pushed = await self.remote.push_with_retry(
                 self.root, tree.path, row.branch, expected_remote=row.pushed
             )
@@ -375,6 +397,15 @@ class ThreadRepository:
                 except worktrees.WorktreeError as error:
                     logger.warning("could not remove the worktree of %s: %s", row.branch, error)
             await self.store.set(row.id, state="merged" if merged else "closed")
+
+
+def _workflow_refusal(paths: list[str]) -> str:
+    names = ", ".join(f"`{worktrees.printable(p)}`" for p in paths[:5])
+    more = f" and {len(paths) - 5} more" if len(paths) > 5 else ""
+    return (
+        f"The change edits CI workflows ({names}{more}), which run with the repository's "
+        "secrets once pushed: only an approver may push it (Open or Update pull request)."
+    )
 
 
 def _trailer(text: str) -> str:

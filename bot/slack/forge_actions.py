@@ -85,7 +85,8 @@ class ForgeActions:
         user = body["user"]["id"]
         where = Where(row.channel_id, row.thread_ts)
         context = await self.threads.pull_context(where, row.requester or user)
-        result = await self.desk.open_pull(row, context=context)
+        trusted = await self.deciders.is_approver(user)
+        result = await self.desk.open_pull(row, context=context, trusted=trusted)
         text = self.redact(result.text)
         if result.ok:
             await self.threads.say(where, f"🔀 {text} (asked by <@{user}>)")

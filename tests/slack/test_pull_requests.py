@@ -19,11 +19,12 @@ from tests.slack.forge_harness import (
     TOKEN,
     ForgeHarness,
     ask,
+    branch_of,
     start_forge_harness,
     until_said,
     writes,
 )
-from tests.slack.harness import ALICE, until
+from tests.slack.harness import ALICE, BOB, until
 
 
 async def test_a_threads_change_becomes_a_draft_pull_request(tmp_path: Path) -> None:
@@ -115,3 +116,29 @@ async def test_a_github_app_pushes_and_opens_with_installation_tokens(tmp_path: 
         assert forge.git.show(REPO, pull.head_ref, "greet.py") == "print('hi')\n"
         assert forge.github.issued_tokens, "the push and the PR used an installation token"
         assert {i.installation_id for i in forge.github.issued_tokens} == {INSTALLATION}
+
+
+async def test_a_change_to_ci_workflows_is_pushed_only_by_an_approver(tmp_path: Path) -> None:
+    """A workflow pushed to the forge runs with the repository's secrets: a model talked
+    into writing one must not get it there on the requester's click (or its own tool)."""
+    workflow = "on: pull_request\njobs: {leak: {runs-on: x, steps: [{run: env}]}}\n"
+    async for forge in start_forge_harness(tmp_path, approvers=(BOB,)):
+        thread = await ask(forge, "speed up CI", writes(".github/workflows/ci.yml", workflow))
+        button = forge.slack.find_button(CHANNEL, thread, OPEN_PULL)
+        assert button is not None
+        value = button["button"]["value"]
+        await forge.slack.click(OPEN_PULL, value, user=ALICE)
+        await until_said(forge, thread, "edits CI workflows")
+        assert forge.github.pulls(REPO) == []
+        branch = await branch_of(forge, thread)
+        assert branch is not None and forge.git.head(REPO, branch.branch) is None
+        # An approver may: they read the workflow before it runs anywhere.
+        await forge.slack.click(OPEN_PULL, value, user=BOB)
+        await until_said(forge, thread, "Opened draft pull request")
+        assert forge.git.show(REPO, branch.branch, ".github/workflows/ci.yml") == workflow
+        # Once the PR exists, later runs push by themselves, but not a workflow change.
+        pushed = forge.git.head(REPO, branch.branch)
+        more = writes(".github/workflows/more.yml", workflow, call_id="w2")
+        await ask(forge, "and another", more, thread_ts=thread)
+        await until_said(forge, thread, "Not pushed")
+        assert forge.git.head(REPO, branch.branch) == pushed
