@@ -44,6 +44,10 @@ _APP_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _TOKEN = re.compile(r"^[\x21-\x7e]{1,1024}$")  # printable ASCII, no whitespace
 
 
+# A GitHub login or App slug as GitHub allows them.
+_LOGIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})")
+
+
 class GitHubCredentials(Protocol):
     """Something that hands out tokens for GitHub's REST API and for git."""
 
@@ -67,6 +71,10 @@ class GitHubCredentials(Protocol):
         """
         ...
 
+    async def logins(self, gh: GitHubAPI) -> tuple[str, ...]:
+        """The names Baton goes by on GitHub (what people @-mention)."""
+        ...
+
     def forget(self, repo: RepoRef, token: str) -> bool:
         """GitHub refused `token`: drop it, and say whether a fresh one may work."""
         ...
@@ -87,6 +95,12 @@ class TokenCredentials:
     async def token(self, gh: GitHubAPI, repo: RepoRef) -> str:
         """The configured token, whatever the repository."""
         return self._token
+
+    async def logins(self, gh: GitHubAPI) -> tuple[str, ...]:
+        """The token's user (`GET /user`)."""
+        answer = await gh.getitem("/user", oauth_token=self._token)
+        login = answer.get("login") if isinstance(answer, dict) else None
+        return (login,) if isinstance(login, str) and _LOGIN.fullmatch(login) else ()
 
     def forget(self, repo: RepoRef, token: str) -> bool:
         """A fixed token cannot be replaced."""
@@ -153,6 +167,14 @@ class AppCredentials:
     def hint(self) -> str:
         """Where the app is configured."""
         return "check GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY and the app's installation"
+
+    async def logins(self, gh: GitHubAPI) -> tuple[str, ...]:
+        """The App's slug and its bot's login (`GET /app` with the App's JWT)."""
+        answer = await gh.getitem("/app", jwt=self.jwt())
+        slug = answer.get("slug") if isinstance(answer, dict) else None
+        if not isinstance(slug, str) or not _LOGIN.fullmatch(slug):
+            return ()
+        return slug, f"{slug}[bot]"
 
     def jwt(self) -> str:
         """The app's JWT (RS256, issued 60 s in the past, expiring 8 minutes from now),

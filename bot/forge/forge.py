@@ -102,6 +102,10 @@ class Forge(Protocol):
         """Post a comment on a pull request's conversation."""
         ...
 
+    async def logins(self) -> tuple[str, ...]:
+        """The names people mention Baton by on the forge; () when it cannot say."""
+        ...
+
     async def token(self, repo: RepoRef) -> str:
         """A token git can push to `repo` with (HTTP Basic, user `x-access-token`)."""
         ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC
 from typing import Any, TypeVar
@@ -26,6 +27,9 @@ _ALREADY_EXISTS = "a pull request already exists"
 _NO_DRAFTS = "draft pull requests are not supported"
 
 _T = TypeVar("_T")
+
+
+logger = logging.getLogger(__name__)
 
 
 class _Ref(BaseModel):
@@ -88,6 +92,7 @@ class GitHubForge:
         self._timeout_s = timeout_s
         self._session: aiohttp.ClientSession | None = None
         self._gh: GitHubAPI | None = None
+        self._logins: tuple[str, ...] | None = None
 
     def __repr__(self) -> str:
         return f"GitHubForge(api_url={self.api_url!r}, credentials={self.credentials!r})"
@@ -213,6 +218,18 @@ class GitHubForge:
             doing=f"comment on pull request #{number}",
             missing=f"pull request #{number} on",
         )
+
+    async def logins(self) -> tuple[str, ...]:
+        """The names people mention Baton by on GitHub: a token's user login, or a
+        GitHub App's slug and its bot's login (`slug[bot]`); () when GitHub cannot say.
+        Asked once."""
+        if self._logins is None:
+            try:
+                self._logins = await self.credentials.logins(self._api())
+            except (ForgeError, *_FAILURES) as exc:
+                logger.warning("could not learn Baton's login on GitHub: %s", exc)
+                return ()
+        return self._logins
 
     async def token(self, repo: RepoRef) -> str:
         """A token git can push to `repo` with (HTTP Basic, user `x-access-token`)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bot.forge.desk import pull_link
@@ -37,8 +37,8 @@ from bot.store.branches import BranchStore, ThreadBranch
 
 logger = logging.getLogger(__name__)
 
-# A comment asks Baton when it mentions it; a review always does (it reviews Baton's work).
-_MENTION = re.compile(r"(?<![\w/.-])@baton(?:\[bot\])?(?![\w-])", re.IGNORECASE)
+# A comment asks Baton when it mentions it (see `mention_pattern`); a review always does
+# (it reviews Baton's work).
 _QUOTE_CHARS = 300
 _TEXT_CHARS = 20_000
 
@@ -86,6 +86,8 @@ class WebhookAnswer:
 Say = Callable[[ThreadBranch, str], Awaitable[None]]
 # Start a turn: announce it in the thread, then run it through the turn machine.
 StartTurn = Callable[[ForgeTurn], Awaitable[None]]
+# The names Baton goes by on the forge.
+Logins = Callable[[], Awaitable[tuple[str, ...]]]
 
 
 class ForgeWebhooks:
@@ -100,13 +102,17 @@ class ForgeWebhooks:
         repositories: Mapping[str, ThreadRepository],
         say: Say,
         start_turn: StartTurn,
+        logins: Logins | None = None,
     ) -> None:
+        """`logins`: the names Baton goes by on the forge (a token's user, an App's slug
+        and bot); a comment mentioning one of them, or `@baton`, asks Baton."""
         self.secret = secret
         self.ledger = ledger
         self.store = store
         self.repositories = dict(repositories)
         self.say = say
         self.start_turn = start_turn
+        self.logins = logins
 
     async def handle(self, headers: Mapping[str, str], body: bytes) -> WebhookAnswer:
         """Verify, claim and act on one delivery; the HTTP answer to give."""
@@ -151,7 +157,8 @@ class ForgeWebhooks:
         if (delivery.sender_type or "").lower() == "bot":
             # Bots (Baton's own comments among them) start no turns: no loops.
             return WebhookAnswer(status=202, text="written by a bot")
-        turn = _turn_of(row, change)
+        names = await self.logins() if self.logins is not None else ()
+        turn = _turn_of(row, change, mention=mention_pattern(names))
         if turn is None:
             return WebhookAnswer(status=202, text="not for Baton")
         if not row.active:
@@ -205,8 +212,18 @@ class ForgeWebhooks:
         return WebhookAnswer(status=202, text=verb)
 
 
+def mention_pattern(logins: Sequence[str]) -> re.Pattern[str]:
+    """`@baton`, `@baton[bot]`, and `@` each of the forge's `logins`, as whole words."""
+    names = {"baton", *(login.lower().removesuffix("[bot]") for login in logins)}
+    alternatives = "|".join(re.escape(name) for name in sorted(names))
+    return re.compile(rf"(?<![\w/.-])@(?:{alternatives})(?:\[bot\])?(?![\w-])", re.IGNORECASE)
+
+
 def _turn_of(
-    row: ThreadBranch, change: ReviewSubmitted | ReviewComment | PullComment
+    row: ThreadBranch,
+    change: ReviewSubmitted | ReviewComment | PullComment,
+    *,
+    mention: re.Pattern[str],
 ) -> ForgeTurn | None:
     """The turn a review or comment starts; None when it does not ask Baton anything."""
     author = f"@{change.author}"
@@ -215,7 +232,7 @@ def _turn_of(
         if not text and change.state == "approved":
             return None  # an approval with no words asks nothing
         kind = f"review ({change.state.replace('_', ' ')})"
-    elif not _MENTION.search(text):
+    elif not mention.search(text):
         return None
     elif isinstance(change, ReviewComment):
         # A path in the PR's diff may hold Slack markup or line breaks: one line, escaped.

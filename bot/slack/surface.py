@@ -248,6 +248,7 @@ class SlackSurface:
                 repositories=baton.forge.desk.repositories,
                 say=self._say_on_branch,
                 start_turn=self._forge_turn,
+                logins=baton.forge.forge.logins if baton.forge.forge is not None else None,
             )
             ForgeActions(
                 desk=baton.forge.desk,

@@ -196,6 +196,8 @@ class FakeGitHub:
         self.branch_sha: Callable[[str, str], str | None] = lambda repo, branch: ZERO_SHA
         """`(repo full name, branch) -> head sha`, or None for a branch that does not exist."""
         self.app_id: str | None = None
+        # The App's slug: its bot is `<slug>[bot]` (GET /app).
+        self.app_slug = "baton"
         self._public_key: str | bytes | None = None
         self._failures: list[_Failure] = []
         self._ids = itertools.count(1001)
@@ -211,6 +213,8 @@ class FakeGitHub:
         app = web.Application(middlewares=[self._middleware])
         prefix = self.path_prefix
         routes: list[tuple[str, str, Handler]] = [
+            ("GET", "/user", self._get_user),
+            ("GET", "/app", self._get_app),
             ("GET", "/repos/{owner}/{repo}", self._get_repo),
             ("GET", "/repos/{owner}/{repo}/installation", self._get_installation),
             ("POST", "/app/installations/{installation_id}/access_tokens", self._issue_token),
@@ -463,6 +467,17 @@ class FakeGitHub:
         return repo.pulls[int(number)]
 
     # ------------------------------------------------------------------- endpoints
+
+    async def _get_user(self, request: web.Request) -> web.Response:
+        """`GET /user`: the token's own account."""
+        caller = self._caller(request)
+        return _answer(200, _user_json(caller.login, caller.type))
+
+    async def _get_app(self, request: web.Request) -> web.Response:
+        """`GET /app`: the App the JWT is signed for."""
+        self._check_jwt(request)
+        app = {"id": int(self.app_id or 0), "slug": self.app_slug, "name": self.app_slug.title()}
+        return _answer(200, {**app, "owner": _user_json("acme", "Organization")})
 
     async def _get_repo(self, request: web.Request) -> web.Response:
         caller = self._caller(request)

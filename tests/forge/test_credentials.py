@@ -386,3 +386,14 @@ def test_the_key_itself_in_the_variable_is_refused_without_echoing_it(keys: KeyP
     with pytest.raises(ConfigError, match="path of the key file") as caught:
         credentials_from_env({"GITHUB_APP_ID": APP_ID, "GITHUB_APP_PRIVATE_KEY": pem})
     assert pem.splitlines()[1] not in str(caught.value)
+
+
+async def test_an_apps_logins_are_its_slug_and_its_bot(keys: KeyPair) -> None:
+    async with FakeGitHub() as gh:
+        gh.set_app(APP_ID, keys.public_pem)
+        gh.app_slug = "acme-baton"
+        forge = GitHubForge(AppCredentials(APP_ID, keys.key), api_url=gh.url)
+        try:
+            assert await forge.logins() == ("acme-baton", "acme-baton[bot]")
+        finally:
+            await forge.close()

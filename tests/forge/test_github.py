@@ -332,3 +332,18 @@ def test_from_env_reads_the_token_and_api_url() -> None:
 def test_from_env_refuses_a_bad_api_url(url: str) -> None:
     with pytest.raises(ConfigError, match="GITHUB_API_URL"):
         from_env({"GITHUB_TOKEN": TOKEN, "GITHUB_API_URL": url})
+
+
+async def test_logins_are_the_tokens_user(gh: FakeGitHub, forge: GitHubForge) -> None:
+    gh.add_token(TOKEN, login="acme-bot")
+    assert await forge.logins() == ("acme-bot",)
+    assert await forge.logins() == ("acme-bot",)
+    assert len(gh.requests_to("GET", "/user")) == 1  # asked once
+
+
+async def test_logins_are_empty_when_github_cannot_say(gh: FakeGitHub) -> None:
+    forge = GitHubForge(TokenCredentials("ghp_unknownToken"), api_url=gh.url)
+    try:
+        assert await forge.logins() == ()
+    finally:
+        await forge.close()

@@ -10,7 +10,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bot.slack.forge_views import OPEN_PULL
-from tests.fakes.github_api import FakeGitHub
+from tests.fakes.github_api import FakeGitHub, issue_comment_payload
+from tests.fakes.openai_api import Reply
 from tests.slack.forge_harness import (
     CHANNEL,
     FILES,
@@ -142,3 +143,24 @@ async def test_a_change_to_ci_workflows_is_pushed_only_by_an_approver(tmp_path: 
         await ask(forge, "and another", more, thread_ts=thread)
         await until_said(forge, thread, "Not pushed")
         assert forge.git.head(REPO, branch.branch) == pushed
+
+
+async def test_a_comment_mentioning_the_apps_own_name_asks_baton(tmp_path: Path) -> None:
+    """An App called acme-baton: people mention `@acme-baton`, and that is a request."""
+    async for forge in start_forge_harness(tmp_path):
+        forge.github.add_token(TOKEN, login="acme-baton")
+        thread = await ask(forge, "add a greeting", writes("greet.py", "print('hi')\n"))
+        button = forge.slack.find_button(CHANNEL, thread, OPEN_PULL)
+        assert button is not None
+        await forge.slack.click(OPEN_PULL, button["button"]["value"], user=ALICE)
+        await until_said(forge, thread, "Opened draft pull request")
+        (pull,) = forge.github.pulls(REPO)
+        forge.slack.llm.script(Reply(text="Renamed."))
+        payload = issue_comment_payload(
+            repo=REPO, number=pull.number, body="@acme-baton rename greet.py"
+        )
+        status, _ = await forge.deliver("issue_comment", payload)
+        assert status == 202
+        await until_said(forge, thread, "Renamed.")
+        prompt = json.dumps(forge.slack.llm.requests[-1].messages[-1])
+        assert "rename greet.py" in prompt and "github_review" in prompt
