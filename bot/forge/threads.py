@@ -29,7 +29,7 @@ from bot.subagents import worktree as worktrees
 
 logger = logging.getLogger(__name__)
 
-# Under the state directory: `threads/<repository>/<branch id>`.
+# Under the state directory: `threads/<owner>/<repository>/<branch id>`.
 THREADS_DIR = "threads"
 # What runs with the repository's secrets once it is on the forge: GitHub Actions
 # workflows and the actions they use from the repository.
@@ -57,15 +57,6 @@ class ThreadChange:
     branch_id: int
     branch: str
     files: tuple[worktrees.FileChange, ...]
-    pr_url: str | None = None
-
-    @property
-    def added(self) -> int:
-        return sum(change.added for change in self.files)
-
-    @property
-    def removed(self) -> int:
-        return sum(change.removed for change in self.files)
 
     def summary(self) -> str:
         """Totals, then up to 20 files with their own counts (as a child's change)."""
@@ -104,7 +95,7 @@ class ThreadRepository:
         self.repo: RepoRef = parse_remote(repository.remote)
         self.store = store
         self.forge = forge
-        self.trees_dir = state_dir / THREADS_DIR / f"{self.repo.owner}-{self.repo.name}"
+        self.trees_dir = state_dir / THREADS_DIR / self.repo.owner / self.repo.name
         self.remote = remote if remote is not None else GitRemote(self.repo, token=self._token)
         # Threads whose worktree is being made or changed here: one at a time each.
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -280,7 +271,7 @@ class ThreadRepository:
         files = await worktrees.thread_change(tree, since=since)
         if not files:
             return None
-        return ThreadChange(branch_id=row.id, branch=row.branch, files=files, pr_url=row.pr_url)
+        return ThreadChange(branch_id=row.id, branch=row.branch, files=files)
 
     async def _fork_point(self, tree: worktrees.Worktree) -> str:
         try:
