@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,9 @@ from bot.tools import ToolRegistry, Workspace
 logger = logging.getLogger(__name__)
 
 LLM_TIMEOUT_S = 300.0
+# How long after start-up a replica waits for its MCP servers before it is ready
+# regardless (a server that never answers must not keep the replica out of service).
+READY_WITHIN_S = 15.0
 PULLS_SHOWN = 5
 # A thread branch's state, as a pull request's is said.
 PULL_STATES = {"active": "open", "discarded": "branch discarded"}
@@ -82,6 +87,24 @@ class Baton:
     # Directory -> the threads' worktrees of a workspace with a remote.
     workbenches: dict[Path, ThreadWorkbench] = field(default_factory=dict)
     heartbeat: asyncio.Task[None] | None = None
+    # Until when (time.monotonic) runs and /readyz wait for the MCP servers' first
+    # connection attempts: a replica ready to take work offers every tool it will have.
+    ready_by: float = field(default_factory=lambda: time.monotonic() + READY_WITHIN_S)
+
+    def tools_settled(self) -> bool:
+        """Whether every MCP server has connected or failed once, or the wait is over."""
+        return self.mcp.settled() or time.monotonic() >= self.ready_by
+
+    async def wait_tools(self) -> None:
+        """Wait, at most until `ready_by`, for every MCP server's first attempt: a
+        mention right after start-up is answered with the tools of servers still
+        starting (a stdio server takes about 0.7 s)."""
+        left = self.ready_by - time.monotonic()
+        if left <= 0 or self.mcp.settled():
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(left):
+                await asyncio.shield(self.mcp.settle())
 
     def site_for(self, channel_id: str | None) -> Site:
         """The site a channel works in: its mapped directory's, else the default one."""
@@ -199,6 +222,7 @@ class Baton:
             conversations_for=lambda channel: self.site_for(channel).conversations,
             agents_for=lambda channel: self.site_for(channel).agents,
             workbench_for=self.workbench_for,
+            tools_ready=self.wait_tools,
         )
 
     @property

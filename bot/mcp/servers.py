@@ -326,6 +326,10 @@ class McpServers:
         for server in self.servers:
             await server.settled.wait()
 
+    def settled(self) -> bool:
+        """Whether every server's first attempt has ended (up or failed)."""
+        return all(server.settled.is_set() for server in self.servers)
+
     def tools(self) -> list[McpTool]:
         """The tools of every server that is up now, within the bounds."""
         offered: list[McpTool] = []

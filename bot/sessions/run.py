@@ -135,6 +135,8 @@ class RunParts:
     accepting: Callable[[], bool]
     # A channel's threads' worktrees, when its workspace has a git remote.
     workbench_for: Callable[[str | None], Workbench | None] = lambda _channel: None
+    # Waits (bounded) until the tools of servers still starting can be offered.
+    tools_ready: Callable[[], Awaitable[None]] | None = None
 
 
 async def execute(run: ActiveRun, parts: RunParts, *, ts: str, text: str, files: list) -> None:
@@ -181,6 +183,8 @@ async def execute(run: ActiveRun, parts: RunParts, *, ts: str, text: str, files:
             await surface.refuse(run.where, user_id=run.user_id, refusal=refusal, is_dm=run.is_dm)
             return
         view.working()
+        if parts.tools_ready is not None:
+            await parts.tools_ready()  # right after start-up: MCP servers still starting
         work = _Work(run, parts, view, ticket)
         if direct is not None:
             prompt = await surface.prompt(direct[1], files)

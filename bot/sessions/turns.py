@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
@@ -105,6 +105,8 @@ class TurnParts:
     agents_for: Callable[[str | None], AgentRegistry]
     # A channel's threads' worktrees, when its workspace has a git remote.
     workbench_for: Callable[[str | None], Workbench | None] = lambda _channel: None
+    # Waits (bounded) until the tools of servers still starting can be offered.
+    tools_ready: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,6 +458,7 @@ class TurnMachine:
             spawn=self.spawn,
             accepting=lambda: self.accepting,
             workbench_for=parts.workbench_for,
+            tools_ready=parts.tools_ready,
         )
 
     async def _end_turn(self, run: ActiveRun) -> None:

@@ -141,7 +141,11 @@ class HttpServer:
             accepting=lambda: surface.turns.accepting,
         )
         self.web_app = web.Application()
-        routes = [web.get("/healthz", self.handle_health), web.get("/metrics", self.handle_metrics)]
+        routes = [
+            web.get("/healthz", self.handle_health),
+            web.get("/readyz", self.handle_ready),
+            web.get("/metrics", self.handle_metrics),
+        ]
         if events:
             # Socket Mode gets events over its WebSocket; nothing may post them here.
             routes.append(web.post(EVENTS_PATH, self.handle_events))
@@ -203,6 +207,19 @@ class HttpServer:
     async def handle_health(self, request: web.Request) -> web.Response:
         report = await self.health.report()
         report["runs"] = len(self.surface.turns.runs)
+        return web.json_response(report, status=200 if report["ok"] else 503)
+
+    async def handle_ready(self, request: web.Request) -> web.Response:
+        """`/healthz`, and every MCP server connected or given up (its first attempt
+        ended), or `READY_WITHIN_S` past since start-up: until then, a load balancer
+        sends this replica nothing, so no one is answered without tools it will have."""
+        baton = self.surface.baton
+        report = await self.health.report()
+        report["mcp"] = {status.name: status.state for status in baton.mcp.status()}
+        settled = baton.tools_settled()
+        if not settled:
+            report["waiting_for"] = "MCP servers still connecting"
+        report["ok"] = report["ok"] and settled
         return web.json_response(report, status=200 if report["ok"] else 503)
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
