@@ -262,21 +262,23 @@ async def test_progress_sends_only_the_latest_state(slack: FakeSlackAPI) -> None
 async def test_the_real_client_under_a_per_channel_limit_is_never_refused(
     slack: FakeSlackAPI,
 ) -> None:
-    """Slack allowing 2 messages a second per channel, the budget a little less."""
+    """Slack allowing 2 messages a second per channel, the budget half that: room for
+    a loaded machine's delays between a grant and its request's arrival."""
     slack.rate_limit("chat.postMessage", 2.0, per_channel=True)
-    budget = RateBudget(channel_limit=Limit(per_minute=100, burst=1))
+    budget = RateBudget(channel_limit=Limit(per_minute=60, burst=1))
     client = client_for(slack, budget)
-    began = time.monotonic()
     await asyncio.gather(
-        *(client.chat_postMessage(channel="C1", text=f"answer {n}") for n in range(6)),
-        *(client.chat_postMessage(channel="C2", text=f"answer {n}") for n in range(6)),
+        *(client.chat_postMessage(channel="C1", text=f"answer {n}") for n in range(4)),
+        *(client.chat_postMessage(channel="C2", text=f"answer {n}") for n in range(4)),
     )
-    elapsed = time.monotonic() - began
     posts = slack.calls_to("chat.postMessage")
     assert [c for c in posts if c.status == 429] == []
-    assert len(posts) == 12 and all(c.ok for c in posts)
-    assert len(slack.channel_messages("C1")) == len(slack.channel_messages("C2")) == 6
-    assert 2.5 < elapsed < 5.0  # the channels were paced side by side, not one after another
+    assert len(posts) == 8 and all(c.ok for c in posts)
+    assert len(slack.channel_messages("C1")) == len(slack.channel_messages("C2")) == 4
+    # The channels were paced side by side, not one after another: each pair of posts
+    # in the order they reached Slack holds one of each channel.
+    channels = [c.params["channel"] for c in posts]
+    assert all(set(channels[i : i + 2]) == {"C1", "C2"} for i in range(0, 8, 2)), channels
 
 
 async def test_bolts_per_request_client_goes_through_the_budget(slack: FakeSlackAPI) -> None:
