@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 from bot.errors import BatonError
 from bot.forge.remote import RepoRef
-from bot.subagents.worktree import GitResult, WorktreeError, run_git
+from bot.subagents.worktree import GitResult, WorktreeError, identity_config, run_git
 
 BATON_BRANCH = re.compile(r"baton/[a-z0-9][a-z0-9-]{0,80}")
 _BASE_BRANCH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}")
@@ -46,8 +46,6 @@ _CLONE_S = 290.0
 _LOW_SPEED_BYTES = 1000
 _LOW_SPEED_S = 30
 _TOKEN_USER = "x-access-token"
-_FALLBACK_NAME = "Baton"
-_FALLBACK_EMAIL = "baton@localhost"
 _REMOTE_LINES = 6
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Options that keep each command to what it is for: no tags, no submodules, no hooks
@@ -122,6 +120,11 @@ class PushOutcome:
     status: PushStatus
     message: str
     commit: str | None = None
+
+    @property
+    def landed(self) -> bool:
+        """Whether the remote branch now has the local branch's commit."""
+        return self.status in (PushStatus.PUSHED, PushStatus.UP_TO_DATE)
 
 
 class RemoteGitError(BatonError):
@@ -285,7 +288,7 @@ class GitRemote:
                 raise
             return PushOutcome(status=error.failure, message=str(error))
         outcome = self._push_outcome(result, branch, commit)
-        if outcome.status in (PushStatus.PUSHED, PushStatus.UP_TO_DATE):
+        if outcome.landed:
             # As git does for a named remote: the tracking ref is where the push put it.
             await _local(repo_dir, "update-ref", f"refs/remotes/origin/{branch}", commit)
         return outcome
@@ -430,7 +433,7 @@ class GitRemote:
         ancestor = await run("merge-base", "--is-ancestor", target.text, before.text)
         if ancestor.returncode == 0:
             return None  # already on top of `onto`
-        identity = await _identity(run)
+        identity = [item for pair in await identity_config(run) for item in ("-c", pair)]
         config = [item for pair in _REBASE_CONFIG for item in ("-c", pair)]
         rebased = await run(*identity, *config, "rebase", *_REBASE_FLAGS, target.text)
         if rebased.returncode == 0:
@@ -571,19 +574,6 @@ async def _local(repo_dir: Path, *args: str) -> GitResult:
         return await run_git(list(args), cwd=repo_dir, env={})
     except WorktreeError as error:
         raise RemoteGitError(str(error)) from None
-
-
-async def _identity(run: Callable[..., Awaitable[GitResult]]) -> tuple[str, ...]:
-    """`-c` options with Baton's identity, unless the repository or its user has one:
-    a rebase records who rewrote the commits."""
-    found = await run("config", "--get-regexp", r"^user\.(name|email)$")
-    values: dict[str, str] = {}
-    for line in found.text.splitlines() if found.returncode == 0 else ():
-        key, _, value = line.partition(" ")
-        values[key] = value.strip()
-    if values.get("user.name") and values.get("user.email"):
-        return ()
-    return ("-c", f"user.name={_FALLBACK_NAME}", "-c", f"user.email={_FALLBACK_EMAIL}")
 
 
 def _empty_place(path: Path) -> tuple[Path, bool]:

@@ -318,15 +318,11 @@ class ThreadRepository:
             if not trusted and (workflows := await self._unpushed_workflows(row, tree)):
                 raise ThreadWorkError(_workflow_refusal(workflows))
             try:
-                pushed = await self.remote.push_with_retry(
-                    self.root, tree.path, row.branch, expected_remote=row.pushed
-                )
+                pushed = await self._push(row, tree)
             except RemoteGitError as error:
                 raise ThreadWorkError(f"Could not push {row.branch}: {error}") from error
-            if pushed.status not in (PushStatus.PUSHED, PushStatus.UP_TO_DATE):
+            if not pushed.landed:
                 raise ThreadWorkError(pushed.message, retry=pushed.status is PushStatus.UNREACHABLE)
-            tip = pushed.commit or row.head
-            await self.store.set(row.id, pushed=tip, head=tip)
             try:
                 if row.pr_number is not None:
                     pull = await self.forge.update_pull(self.repo, row.pr_number, body=body)
@@ -356,13 +352,18 @@ class ThreadRepository:
                 return PushOutcome(
                     status=PushStatus.PROTECTED, message=_workflow_refusal(workflows)
                 )
-            pushed = await self.remote.push_with_retry(
-                self.root, tree.path, row.branch, expected_remote=row.pushed
-            )
-            if pushed.status in (PushStatus.PUSHED, PushStatus.UP_TO_DATE):
-                tip = pushed.commit or row.head
-                await self.store.set(row.id, pushed=tip, head=tip)
-            return pushed
+            return await self._push(row, tree)
+
+    async def _push(self, row: ThreadBranch, tree: worktrees.Worktree) -> PushOutcome:
+        """Push the branch (a lease on what Baton pushed last; a rejected push rebases
+        once) and record the commit the forge now has."""
+        pushed = await self.remote.push_with_retry(
+            self.root, tree.path, row.branch, expected_remote=row.pushed
+        )
+        if pushed.landed:
+            tip = pushed.commit or row.head
+            await self.store.set(row.id, pushed=tip, head=tip)
+        return pushed
 
     async def discard(self, row: ThreadBranch) -> None:
         """Remove the thread's worktree and its branch; the thread's next change starts

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from bot.engine import Hook
 from bot.forge.desk import ForgeDesk, pull_link
-from bot.forge.git_remote import PushStatus
 from bot.forge.threads import ThreadRepository
 from bot.sessions.main_agent import Place
 from bot.sessions.workbench import PullContext, PullResult, WorkChange
@@ -61,7 +60,7 @@ class ThreadWorkbench:
         note = None
         if row.pr_number is not None:
             pushed = await self.repository.push_update(row)
-            if pushed is not None and pushed.status in (PushStatus.PUSHED, PushStatus.UP_TO_DATE):
+            if pushed is not None and pushed.landed:
                 note = f"Pushed: pull request {pull_link(row)} shows it."
             elif pushed is not None:
                 note = f"✗ Not pushed to pull request #{row.pr_number}: {pushed.message}"

@@ -68,13 +68,7 @@ class BranchStore:
         self.database = database
 
     async def of_thread(self, session_key: str) -> ThreadBranch | None:
-        async with self.database.sessions() as session:
-            row = (
-                await session.exec(
-                    select(ThreadBranchRow).where(ThreadBranchRow.session_key == session_key)
-                )
-            ).first()
-            return None if row is None else _branch(row)
+        return await self._first(ThreadBranchRow.session_key == session_key)
 
     async def get(self, branch_id: int) -> ThreadBranch | None:
         async with self.database.sessions() as session:
@@ -82,25 +76,14 @@ class BranchStore:
             return None if row is None else _branch(row)
 
     async def by_branch(self, repo: str, branch: str) -> ThreadBranch | None:
-        async with self.database.sessions() as session:
-            row = (
-                await session.exec(
-                    select(ThreadBranchRow).where(
-                        ThreadBranchRow.repo == repo, ThreadBranchRow.branch == branch
-                    )
-                )
-            ).first()
-            return None if row is None else _branch(row)
+        return await self._first(ThreadBranchRow.repo == repo, ThreadBranchRow.branch == branch)
 
     async def by_pull(self, repo: str, number: int) -> ThreadBranch | None:
+        return await self._first(ThreadBranchRow.repo == repo, ThreadBranchRow.pr_number == number)
+
+    async def _first(self, *conditions: Any) -> ThreadBranch | None:
         async with self.database.sessions() as session:
-            row = (
-                await session.exec(
-                    select(ThreadBranchRow).where(
-                        ThreadBranchRow.repo == repo, ThreadBranchRow.pr_number == number
-                    )
-                )
-            ).first()
+            row = (await session.exec(select(ThreadBranchRow).where(*conditions))).first()
             return None if row is None else _branch(row)
 
     async def with_pulls(

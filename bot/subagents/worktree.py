@@ -310,7 +310,7 @@ async def finish(worktree: Worktree, *, message: str) -> Change | None:
     # for a thread than the call takes.
     if not worktree.path.is_dir():
         raise WorktreeError(f"The worktree of {worktree.branch} at {worktree.path} is gone")
-    workspace = _repo(worktree.repo, worktree.repo_git_dir, worktree.git_dir.parent.parent)
+    workspace = _workspace_of(worktree)
     git = _common_git(worktree)
     tip, counting = await _commit_work_tree(git, workspace, worktree, message)
     if counting is None:  # the branch's tree is its base's
@@ -349,15 +349,19 @@ async def merge(
     a detached HEAD, a missing or foreign branch) is reported, with nothing changed.
     """
     if not _is_baton_branch(branch):
-        return _refused(
-            f"{branch!r} is not a Baton branch (baton/task-…); Baton only merges its own branches."
-        )
+        return _not_ours(branch)
     try:
         workspace = await _open_repo(repo)
     except WorktreeError as error:
         return _refused(str(error))
     async with _repo_lock(workspace.common_dir):
         return await _merge_locked(workspace, branch, message, expected, protected)
+
+
+def _not_ours(branch: str) -> MergeOutcome:
+    return _refused(
+        f"{branch!r} is not a Baton branch (baton/task-…); Baton only merges its own branches."
+    )
 
 
 async def discard(repo: Path, branch: str) -> bool:
@@ -539,6 +543,19 @@ def _repo(top: Path, git_dir: Path, common_dir: Path) -> _Repo:
         top=top,
         git_dir=git_dir,
         common_dir=common_dir,
+    )
+
+
+def _workspace_of(worktree: Worktree) -> _Repo:
+    """The workspace's repository as `worktree` recorded it (never asked of its files)."""
+    return _repo(worktree.repo, worktree.repo_git_dir, worktree.git_dir.parent.parent)
+
+
+def _own_git(worktree: Worktree) -> _Git:
+    """Git on the worktree with its own admin dir (index, HEAD) pinned, not its `.git` file."""
+    return _Git(
+        cwd=worktree.path,
+        options=(f"--git-dir={worktree.git_dir}", f"--work-tree={worktree.path}"),
     )
 
 
@@ -797,16 +814,25 @@ async def _identity_config(git: _Repo) -> tuple[str, ...]:
 
 
 async def _read_identity(git: _Repo) -> tuple[str, ...]:
-    found = await git.run("config", "--get-regexp", r"^user\.(name|email)$")
+    identity = await identity_config(git.run)
+    _identities[git.common_dir] = (time.monotonic(), identity)
+    return identity
+
+
+async def identity_config(run: Callable[..., Awaitable[GitResult]]) -> tuple[str, ...]:
+    """The `user.name=…`/`user.email=…` config pairs a commit needs: Baton's, unless
+    the repository (or its user) has a complete identity, which git then uses.
+
+    `run` runs one git command on the repository (its directories pinned by the caller).
+    """
+    found = await run("config", "--get-regexp", r"^user\.(name|email)$")
     values: dict[str, str] = {}
     for line in found.text.splitlines() if found.returncode == 0 else ():
         key, _, value = line.partition(" ")
         values[key] = value.strip()
-    identity: tuple[str, ...] = ()
-    if not (values.get("user.name") and values.get("user.email")):
-        identity = (f"user.name={_FALLBACK_NAME}", f"user.email={_FALLBACK_EMAIL}")
-    _identities[git.common_dir] = (time.monotonic(), identity)
-    return identity
+    if values.get("user.name") and values.get("user.email"):
+        return ()
+    return _BATON_IDENTITY
 
 
 async def _branch_commit(git: _Git, branch: str) -> str | None:
@@ -1352,7 +1378,7 @@ async def commit_thread(
     worktree's own index is then reset to the new tip, so a later merge into the branch
     starts clean.
     """
-    workspace = _repo(tree.repo, tree.repo_git_dir, tree.git_dir.parent.parent)
+    workspace = _workspace_of(tree)
     git = _common_git(tree)
     before = await _branch_commit(workspace, tree.branch)
     if before is None:
@@ -1365,11 +1391,7 @@ async def commit_thread(
         if counting is not None:
             counting.cancel()
         if tip != before:
-            own = _Git(
-                cwd=tree.path,
-                options=(f"--git-dir={tree.git_dir}", f"--work-tree={tree.path}"),
-            )
-            await _checked(own, "read-tree", tip)
+            await _checked(_own_git(tree), "read-tree", tip)
     return before, (tip if tip != before else None)
 
 
@@ -1421,9 +1443,7 @@ async def merge_into_thread(
     """`merge` of an isolated child's branch into the thread's branch, in its worktree,
     with the thread's git directories pinned."""
     if not _is_baton_branch(branch):
-        return _refused(
-            f"{branch!r} is not a Baton branch (baton/task-…); Baton only merges its own branches."
-        )
+        return _not_ours(branch)
     workspace = _repo(tree.path, tree.git_dir, tree.git_dir.parent.parent)
     async with _repo_lock(workspace.common_dir):
         return await _merge_locked(workspace, branch, message, expected, protected)
@@ -1431,7 +1451,7 @@ async def merge_into_thread(
 
 async def remove_thread_tree(tree: Worktree, *, delete_branch: bool) -> None:
     """Remove the thread's worktree (its work stays on the branch unless `delete_branch`)."""
-    workspace = _repo(tree.repo, tree.repo_git_dir, tree.git_dir.parent.parent)
+    workspace = _workspace_of(tree)
     await _remove_own_worktree(workspace, tree)
     if delete_branch:
         async with _repo_lock(workspace.common_dir):
@@ -1497,7 +1517,7 @@ async def sync_thread_tree(tree: Worktree) -> bool:
     Raises:
         WorktreeError: The branch is gone, or files here would be overwritten.
     """
-    own = _Git(cwd=tree.path, options=(f"--git-dir={tree.git_dir}", f"--work-tree={tree.path}"))
+    own = _own_git(tree)
     common = _common_git(tree)
     tip = await _branch_commit(common, tree.branch)
     if tip is None:
