@@ -30,10 +30,10 @@ import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from aiohttp import web
+
+from tests.fakes.serving import FakeServer, listen_on_loopback
 
 __all__ = ["FakeGitServer", "GitRequest"]
 
@@ -58,7 +58,7 @@ class GitRequest:
     status: int
 
 
-class FakeGitServer:
+class FakeGitServer(FakeServer):
     """Bare repositories under `<base>/git-server/repos`, served over smart HTTP.
 
     Args:
@@ -98,34 +98,14 @@ class FakeGitServer:
             shutdown_timeout=1.0,
             auto_decompress=False,
         )
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
+        self._url = await listen_on_loopback(runner)
         self._runner = runner
-        host, port = runner.addresses[0][:2]
-        self._url = f"http://{host}:{port}"
 
     async def stop(self) -> None:
         """Stop serving (idempotent)."""
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     @property
     def url(self) -> str:

@@ -35,12 +35,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 from urllib.parse import urlencode
 
 import jwt
 from aiohttp import web
+
+from tests.fakes.serving import FakeServer, listen_on_loopback
 
 __all__ = [
     "ZERO_SHA",
@@ -182,7 +183,7 @@ class _Refusal(Exception):
 # --------------------------------------------------------------------------- server
 
 
-class FakeGitHub:
+class FakeGitHub(FakeServer):
     """An in-memory GitHub REST API on 127.0.0.1 (see the module's docstring)."""
 
     def __init__(self, *, path_prefix: str = "") -> None:
@@ -230,34 +231,14 @@ class FakeGitHub:
         runner = web.AppRunner(
             app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
         )
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
+        self._url = await listen_on_loopback(runner) + prefix
         self._runner = runner
-        host, port = runner.addresses[0][:2]
-        self._url = f"http://{host}:{port}{prefix}"
 
     async def stop(self) -> None:
         """Stop the server: from now on its port refuses connections."""
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     @property
     def url(self) -> str:

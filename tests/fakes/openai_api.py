@@ -36,12 +36,12 @@ import warnings
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import web
 
 from bot.subagents.handoff import HANDOFF_REQUEST
+from tests.fakes.serving import FakeServer, listen_on_loopback
 
 __all__ = [
     "ErrorBurst",
@@ -390,7 +390,7 @@ def count_prompt_tokens(body: dict[str, Any]) -> int:
     return total
 
 
-class FakeOpenAI:
+class FakeOpenAI(FakeServer):
     """An in-process fake of the OpenAI Chat Completions API.
 
     Serves ``POST /v1/chat/completions`` (plain JSON or SSE streaming) and
@@ -464,16 +464,8 @@ class FakeOpenAI:
         runner = web.AppRunner(
             app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
         )
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
+        self._url = await listen_on_loopback(runner) + "/v1"
         self._runner = runner
-        host, port = runner.addresses[0][:2]
-        self._url = f"http://{host}:{port}/v1"
 
     async def stop(self) -> None:
         """Stop the server; pending ``Hang`` / delayed replies are released at once."""
@@ -482,18 +474,6 @@ class FakeOpenAI:
             return
         self._stopping.set()
         await runner.cleanup()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     @property
     def url(self) -> str:

@@ -42,11 +42,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from types import TracebackType
-from typing import Any, NoReturn, Self
+from typing import Any, NoReturn
 
 from aiohttp import web
 
+from tests.fakes.serving import FakeServer, listen_on_loopback
 from tests.fakes.slack_limits import SLACK_TIERS, SlackLimits
 
 __all__ = [
@@ -577,7 +577,7 @@ def _file_type(filename: str) -> tuple[str, str]:
 # --------------------------------------------------------------------------- the fake
 
 
-class FakeSlackAPI:
+class FakeSlackAPI(FakeServer):
     """An in-process fake of the Slack Web API.
 
     Serves ``GET|POST /api/{method}``, an upload endpoint (``/upload/v1/{file_id}``,
@@ -745,16 +745,8 @@ class FakeSlackAPI:
         runner = web.AppRunner(
             app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
         )
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
+        self._root = await listen_on_loopback(runner) + "/"
         self._runner = runner
-        host, port = runner.addresses[0][:2]
-        self._root = f"http://{host}:{port}/"
 
     async def stop(self) -> None:
         """Stop the server (idempotent); pending latency sleeps end at once."""
@@ -763,18 +755,6 @@ class FakeSlackAPI:
             return
         self._stopping.set()
         await runner.cleanup()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     @property
     def url(self) -> str:

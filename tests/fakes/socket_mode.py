@@ -10,15 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.serving import FakeServer, listen_on_loopback
 from tests.fakes.slack_api import FakeSlackAPI
 
 
-class FakeSocketMode:
+class FakeSocketMode(FakeServer):
     """Attach to a FakeSlackAPI; `send(...)` pushes an envelope to the connected app."""
 
     def __init__(self, slack: FakeSlackAPI) -> None:
@@ -34,12 +34,10 @@ class FakeSocketMode:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get("/link", self._handle_socket)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = self._runner.addresses[0][:2]
-        self.url = f"ws://{host}:{port}/link"
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        root = await listen_on_loopback(runner)
+        self._runner = runner
+        self.url = "ws" + root.removeprefix("http") + "/link"
 
         def open_connection(params: dict[str, Any]) -> dict[str, Any]:
             return {"ok": True, "url": self.url}
@@ -52,18 +50,6 @@ class FakeSocketMode:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     async def _handle_socket(self, request: web.Request) -> web.WebSocketResponse:
         socket = web.WebSocketResponse(autoping=True)

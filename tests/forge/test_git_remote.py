@@ -27,20 +27,6 @@ SETUP_IDENTITY = ("-c", "user.name=Setup", "-c", "user.email=setup@example.com")
 BRANCH = "baton/thread-1"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No user-level git config from the machine running the tests; the fake home."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-    for key in list(os.environ):
-        if key.startswith("GIT_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    return home
-
-
 def git(cwd: Path, *args: str, check: bool = True) -> str:
     """Run git for the test's own set-up and checks (never against the server)."""
     result = subprocess.run(
@@ -348,12 +334,12 @@ async def test_a_wrong_or_revoked_token_is_auth_and_never_shown(
 
 
 async def test_anonymous_gets_auth_and_no_user_helper_or_header_speaks_for_it(
-    clone: Path, worktree: Path, forge: FakeGitServer, _isolated_git: Path
+    clone: Path, worktree: Path, forge: FakeGitServer, isolated_git: Path
 ) -> None:
     """The user's credential helper and extra headers hold a valid token: not used."""
     host = forge.url.removeprefix("http://")
-    (_isolated_git / ".git-credentials").write_text(f"http://x-access-token:{TOKEN}@{host}\n")
-    (_isolated_git / ".gitconfig").write_text(
+    (isolated_git / ".git-credentials").write_text(f"http://x-access-token:{TOKEN}@{host}\n")
+    (isolated_git / ".gitconfig").write_text(
         "[credential]\n\thelper = store\n"
         f'[http "{forge.url}"]\n\textraHeader = Authorization: Basic {BASIC}\n'
     )
