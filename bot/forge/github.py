@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC
 from typing import Any, TypeVar
@@ -21,6 +22,8 @@ from bot.forge.forge import ForgeError, ForgeFailure, PullRequest
 from bot.forge.remote import RepoRef
 
 DEFAULT_API_URL = "https://api.github.com"
+# After GitHub could not say who Baton is, how long before asking again.
+LOGINS_RETRY_S = 300.0
 REQUEST_TIMEOUT_S = 30.0
 _REQUESTER = "baton"
 _ALREADY_EXISTS = "a pull request already exists"
@@ -93,6 +96,7 @@ class GitHubForge:
         self._session: aiohttp.ClientSession | None = None
         self._gh: GitHubAPI | None = None
         self._logins: tuple[str, ...] | None = None
+        self._logins_failed_at: float | None = None
 
     def __repr__(self) -> str:
         return f"GitHubForge(api_url={self.api_url!r}, credentials={self.credentials!r})"
@@ -222,13 +226,19 @@ class GitHubForge:
     async def logins(self) -> tuple[str, ...]:
         """The names people mention Baton by on GitHub: a token's user login, or a
         GitHub App's slug and its bot's login (`slug[bot]`); () when GitHub cannot say.
-        Asked once."""
-        if self._logins is None:
-            try:
-                self._logins = await self.credentials.logins(self._api())
-            except (ForgeError, *_FAILURES) as exc:
-                logger.warning("could not learn Baton's login on GitHub: %s", exc)
-                return ()
+        Asked once; after a failure, not again for `LOGINS_RETRY_S` (a webhook waiting
+        on an unreachable GitHub each time would outlast GitHub's own timeout)."""
+        if self._logins is not None:
+            return self._logins
+        now = time.monotonic()
+        if self._logins_failed_at is not None and now - self._logins_failed_at < LOGINS_RETRY_S:
+            return ()
+        try:
+            self._logins = await self.credentials.logins(self._api())
+        except (ForgeError, *_FAILURES) as exc:
+            logger.warning("could not learn Baton's login on GitHub: %s", exc)
+            self._logins_failed_at = now
+            return ()
         return self._logins
 
     async def token(self, repo: RepoRef) -> str:

@@ -157,7 +157,10 @@ class ForgeWebhooks:
         if (delivery.sender_type or "").lower() == "bot":
             # Bots (Baton's own comments among them) start no turns: no loops.
             return WebhookAnswer(status=202, text="written by a bot")
-        names = await self.logins() if self.logins is not None else ()
+        # Only a comment needs the names Baton goes by (a review always asks): GitHub
+        # is not asked on the way of every delivery.
+        asks_names = self.logins is not None and not isinstance(change, ReviewSubmitted)
+        names = await self.logins() if asks_names and self.logins is not None else ()
         turn = _turn_of(row, change, mention=mention_pattern(names))
         if turn is None:
             return WebhookAnswer(status=202, text="not for Baton")

@@ -347,3 +347,14 @@ async def test_logins_are_empty_when_github_cannot_say(gh: FakeGitHub) -> None:
         assert await forge.logins() == ()
     finally:
         await forge.close()
+
+
+async def test_after_a_failure_logins_are_not_asked_again_at_once(gh: FakeGitHub) -> None:
+    """A webhook must not wait on an unreachable GitHub at every delivery."""
+    forge = GitHubForge(TokenCredentials("ghp_unknownToken"), api_url=gh.url)
+    try:
+        assert await forge.logins() == ()
+        assert await forge.logins() == ()
+        assert len(gh.requests_to("GET", "/user")) == 1
+    finally:
+        await forge.close()
