@@ -39,12 +39,17 @@ class StderrCapture:
         self._log: BinaryIO | None = None
         self._writer: TextIO | None = None
         self._transport: asyncio.ReadTransport | None = None
+        self._closed = False
         # Set when the pipe has ended: every process holding its write end is gone.
         self.ended = asyncio.Event()
 
     async def open(self) -> TextIO:
         """The write end of the pipe, for the process; call `started` once it runs."""
-        self._log = await asyncio.to_thread(open, self.log_path, "wb")
+        # Shielded: were this start cancelled while the file opens, the file still
+        # reaches `_opened`, which closes it when `close` has come first.
+        opening = asyncio.ensure_future(asyncio.to_thread(open, self.log_path, "wb"))
+        opening.add_done_callback(self._opened)
+        await asyncio.shield(opening)
         read_fd, write_fd = os.pipe()
         self._writer = os.fdopen(write_fd, "w", encoding="utf-8")
         loop = asyncio.get_running_loop()
@@ -52,6 +57,14 @@ class StderrCapture:
             lambda: _Reader(self), os.fdopen(read_fd, "rb", buffering=0)
         )
         return self._writer
+
+    def _opened(self, opening: asyncio.Future[BinaryIO]) -> None:
+        if opening.cancelled() or opening.exception() is not None:
+            return
+        if self._closed:
+            opening.result().close()
+        else:
+            self._log = opening.result()
 
     def started(self) -> None:
         """The process holds its own copy of the write end: ours goes, so the pipe ends
@@ -85,15 +98,19 @@ class StderrCapture:
     async def close(self) -> None:
         """Stop reading and close the file; what the process wrote before it ended is
         read first (waiting a moment at most for a process still holding the pipe)."""
+        self._closed = True
         self.started()
-        if self._transport is not None:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(END_WAIT_S):
-                    await self.ended.wait()
-        if self._transport is not None:
-            self._transport.close()
-            self._transport = None
-        if self._log is not None:
-            with contextlib.suppress(OSError):
-                self._log.close()
-            self._log = None
+        try:
+            if self._transport is not None:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(END_WAIT_S):
+                        await self.ended.wait()
+        finally:
+            # Even when the wait is cancelled, nothing stays open.
+            if self._transport is not None:
+                self._transport.close()
+                self._transport = None
+            if self._log is not None:
+                with contextlib.suppress(OSError):
+                    self._log.close()
+                self._log = None

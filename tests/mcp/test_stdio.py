@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import logging
 import os
@@ -10,6 +12,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ import pytest
 from bot.config import McpServerConfig
 from bot.errors import ToolError
 from bot.mcp import McpServers
+from bot.mcp.stderr import StderrCapture
 from bot.sandbox import Sandbox
 from tests.mcp.conftest import DEMO, HERE, make_server, started, stdio_config, until
 
@@ -383,3 +387,25 @@ async def test_what_all_servers_tools_take_of_each_request_is_bounded(
     assert 0 < sum(t.size for t in offered) <= 2_500
     assert {t.server.name for t in offered} == {"first"}
     assert any("over the limit" in note for note in statuses["second"].skipped)
+
+
+@pytest.mark.parametrize("yields", [0, 1, 2, 3])
+async def test_a_start_cancelled_while_its_log_opens_leaves_no_file_open(
+    tmp_path: Path, yields: int
+) -> None:
+    """A group closing while a server starts cancels the start at any point of opening
+    its stderr; the log file opened in a thread is closed all the same (a leaked file
+    is an unraisable ResourceWarning, which these tests turn into an error)."""
+    capture = StderrCapture(tmp_path / "mcp-x.log")
+    opening = asyncio.ensure_future(capture.open())
+    for _ in range(yields):
+        await asyncio.sleep(0)
+    opening.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await opening
+    await capture.close()
+    await asyncio.sleep(0.2)  # the thread's open lands after close
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        gc.collect()
+    assert capture._log is None
