@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 import aiohttp
@@ -108,7 +108,7 @@ class Cluster:
         replica = Replica(name=name, env=env, process=process)
         for stream in (process.stdout, process.stderr):
             if stream is not None:
-                replica.readers.append(asyncio.create_task(_collect(stream, replica.output)))
+                replica.readers.append(asyncio.create_task(collect_lines(stream, replica.output)))
         self.replicas.append(replica)
         return replica
 
@@ -307,19 +307,27 @@ class Cluster:
         return await self.post(replica, body, content_type="application/x-www-form-urlencoded")
 
 
+C = TypeVar("C", bound=Cluster)
+
+
 def next_ts() -> str:
     """A message ts no other test module hands out (tests.slack.harness counts from low)."""
     return f"{1_800_000_000 + next(_ids)}.{next(_ids):06d}"
 
 
-async def _collect(stream: asyncio.StreamReader, into: list[str]) -> None:
+async def collect_lines(stream: asyncio.StreamReader, into: list[str]) -> None:
     while line := await stream.readline():
         into.append(line.decode(errors="replace"))
 
 
 @contextlib.asynccontextmanager
-async def cluster(root: Path, *, database_url: str | None = None) -> AsyncIterator[Cluster]:
-    """The fakes and a fresh PostgreSQL database (skips without a server); no replica yet."""
+async def cluster(
+    root: Path, *, database_url: str | None = None, kind: type[C] = Cluster, **fields: Any
+) -> AsyncIterator[C]:
+    """The fakes and a fresh PostgreSQL database (skips without a server); no replica yet.
+
+    `kind` runs the replicas some other way (containers: tests/deploy); `fields` are its own.
+    """
     async with contextlib.AsyncExitStack() as stack:
         url = database_url or await stack.enter_async_context(fresh_postgres())
         slack = await stack.enter_async_context(FakeSlackAPI(bot_user_id=BOT))
@@ -328,7 +336,7 @@ async def cluster(root: Path, *, database_url: str | None = None) -> AsyncIterat
         slack.add_user(BOB, "bob", real_name="Bob Dylan", display_name="Bob")
         http = await stack.enter_async_context(aiohttp.ClientSession())
         (root / "ws").mkdir(exist_ok=True)
-        found = Cluster(root=root, database_url=url, slack=slack, llm=llm, http=http)
+        found = kind(root=root, database_url=url, slack=slack, llm=llm, http=http, **fields)
         try:
             yield found
         finally:
