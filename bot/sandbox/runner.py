@@ -255,7 +255,8 @@ class Sandbox:
                 "the owner needs unprivileged user namespaces, and to reach the workspace, "
                 "bwrap and the temporary directory"
                 if self.run_as is not None
-                else "a container must allow user namespaces, or Baton must run as root"
+                else "user namespaces must be allowed (in a container, mounts and a fresh "
+                "/proc too: docs/operations.md, The sandbox in a container), or Baton run as root"
             )
             return self.unavailable(
                 f"{binary} cannot make a sandbox here (exit {process.returncode}: {message}); "
