@@ -32,6 +32,13 @@ pytestmark = needs_image
 ALLOW_BASH = "permissions:\n  allow: [bash]\n"
 # Made inside the sandbox: its hostname is bubblewrap's, its file lands in the volume.
 SANDBOX_CHECK = "hostname; echo made-in-sandbox > proof.txt; cat proof.txt"
+# What a hostile command would look for: the tokens in any process's environment
+# (Baton's own included) and Baton's state directory. A person approves it (it reads
+# /proc/*/environ, so it asks); contained all the same, it finds neither.
+HOSTILE_CHECK = (
+    "(env; cat /proc/*/environ) 2>/dev/null | tr '\\0' '\\n' | grep -c 'xoxb-test\\|sk-test'; "
+    "ls /var/lib/baton >/dev/null 2>&1 && echo STATE-VISIBLE || echo state-hidden"
+)
 
 
 def last_tool_output(request: RecordedRequest) -> str:
@@ -46,6 +53,8 @@ def answer_with_a_sandboxed_command(request: RecordedRequest) -> Reply:
     asked = text_of(request.messages[-1])
     if "sandbox check" in asked:
         return Reply(tool_calls=[ToolCallSpec("bash", {"command": SANDBOX_CHECK}, id="b1")])
+    if "hostile check" in asked:
+        return Reply(tool_calls=[ToolCallSpec("bash", {"command": HOSTILE_CHECK}, id="b2")])
     if "slow question" in asked:
         return Reply(text="ANSWER-FROM-A after draining.", delay=3.0)
     return Reply(text="ANSWER-FROM-B with the thread's history.")
@@ -68,15 +77,28 @@ async def test_two_containers_answer_run_a_sandboxed_command_and_drain_on_sigter
             what="the sandboxed command's answer",
         )  # fmt: skip
         output = last_tool_output(c.llm.requests[-1])
-        assert output.splitlines()[1:3] == ["sandbox", "made-in-sandbox"], output  # bwrap names it
+        assert output.splitlines()[1:] == ["sandbox", "made-in-sandbox"], output  # bwrap's name
         # The file the sandbox wrote is in the shared workspaces volume.
         assert (c.workspace / "proof.txt").read_text() == "made-in-sandbox\n"
         assert c.find_button("C1", thread, "baton_approve") is None  # the rule allowed it
 
+        await c.reply(a, "<@UBOT> hostile check", thread_ts=thread)
+        await c.until(
+            lambda: c.find_button("C1", thread, "baton_approve") is not None, within=60,
+            what="the approval request for the command reading every environment",
+        )  # fmt: skip
+        assert await c.click(a, c.find_button("C1", thread, "baton_approve")) == 200
+        await c.until(
+            lambda: "state-" in last_tool_output(c.llm.requests[-1]), within=60,
+            what="the approved command's output",
+        )  # fmt: skip
+        output = last_tool_output(c.llm.requests[-1])
+        assert output.splitlines()[1:] == ["0", "state-hidden"], output
+
         async with c.http.get(f"{a.url}/metrics") as metrics:
             assert metrics.status == 200
             figures = await metrics.text()
-        assert 'baton_tool_calls_total{outcome="ok",tool="bash"} 1.0' in figures, figures
+        assert 'baton_tool_calls_total{outcome="ok",tool="bash"} 2.0' in figures, figures
         assert "baton_runs_total" in figures
 
         # A deploy stops A while it answers the thread: A finishes that answer, the
@@ -111,6 +133,7 @@ async def test_without_a_proc_it_may_mount_the_sandbox_is_refused_in_one_line_an
         notices = [line for line in a.log().splitlines() if "no OS sandbox" in line]
         assert len(notices) == 1, a.log()
         assert "every bash call there will ask a person" in notices[0]
+        assert "docs/operations.md" in notices[0]  # where the settings are explained
         c.llm.responder = answer_with_a_sandboxed_command
         thread = await c.mention(a, "sandbox check")
         await c.until(
