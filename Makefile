@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 TEST_WORKERS ?= 4
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
-.PHONY: run chat test test-postgres lint bench clean
+.PHONY: run chat test test-postgres lint bench image clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ test: $(STAMP)
 # own; needs BATON_TEST_POSTGRES_URL (a server where the user may create databases).
 test-postgres: $(STAMP)
 	BATON_TEST_DATABASE=postgresql $(PYTEST) tests/slack tests/security tests/mcp
+
+# The container image (Containerfile); CONTAINER=docker builds with Docker.
+CONTAINER ?= podman
+image:
+	$(CONTAINER) build -t baton -f Containerfile .
 
 lint: $(STAMP)
 	$(BIN)/ruff check bot tests bench
