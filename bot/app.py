@@ -38,6 +38,7 @@ from bot.subagents import AgentRegistry, SubAgentRunner, TaskTracker
 from bot.subagents.branches import discard_branch, merge_branch
 from bot.subagents.worktree import ProtectedFile, Worktree
 from bot.tools import ToolRegistry, Workspace
+from bot.tracing import DISABLED, Tracing, build_tracing
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,8 @@ class Baton:
     protected_files: tuple[ProtectedFile, ...]
     # Workspaces with a git remote: a branch per thread, pull requests (None: none).
     forge: ForgeParts | None = None
+    # OpenTelemetry traces of runs (off unless OTEL_EXPORTER_OTLP_ENDPOINT is set).
+    tracing: Tracing = DISABLED
     # Directory -> the threads' worktrees of a workspace with a remote.
     workbenches: dict[Path, ThreadWorkbench] = field(default_factory=dict)
     heartbeat: asyncio.Task[None] | None = None
@@ -223,6 +226,7 @@ class Baton:
             agents_for=lambda channel: self.site_for(channel).agents,
             workbench_for=self.workbench_for,
             tools_ready=self.wait_tools,
+            tracing=self.tracing,
         )
 
     @property
@@ -328,20 +332,25 @@ class Baton:
                 logger.exception("heartbeat failed")
 
     async def close(self) -> None:
-        if self.heartbeat is not None:
-            self.heartbeat.cancel()
-            await asyncio.gather(self.heartbeat, return_exceptions=True)
-        await self.tracker.shutdown()
-        await self.mcp.close()
-        if self.forge is not None:
-            await self.forge.close()
-        await self.signals.close()
         try:
-            await self.instances.unregister()
-        except Exception as exc:  # the database may be what is going away
-            logger.warning("could not unregister this process: %s", self.redact(str(exc)))
-        await self.openai_client.close()
-        await self.database.close()
+            if self.heartbeat is not None:
+                self.heartbeat.cancel()
+                await asyncio.gather(self.heartbeat, return_exceptions=True)
+            await self.tracker.shutdown()
+            await self.mcp.close()
+            if self.forge is not None:
+                await self.forge.close()
+            await self.signals.close()
+            try:
+                await self.instances.unregister()
+            except Exception as exc:  # the database may be what is going away
+                logger.warning("could not unregister this process: %s", self.redact(str(exc)))
+            await self.openai_client.close()
+            await self.database.close()
+        finally:
+            # Last, whatever failed above: the spans of the runs and tasks that ended
+            # while the parts above closed go out too.
+            await self.tracing.close()
 
 
 def sqlite_files(url: URL) -> list[Path]:
@@ -453,6 +462,7 @@ async def build_baton(settings: Settings) -> Baton:
     # (sandbox probes, a loaded machine) must not outlast STALE_AFTER_S between
     # registering and the first beat, or the other replicas would declare it dead.
     await instances.register()
+    redact = Redactor(settings.secret_values)
     baton = Baton(
         settings=settings,
         model=model,
@@ -464,7 +474,7 @@ async def build_baton(settings: Settings) -> Baton:
             channel: by_directory[directory.resolve()]
             for channel, directory in settings.workspaces.items()
         },
-        redact=Redactor(settings.secret_values),
+        redact=redact,
         tracker=tracker,
         events=EventLedger(database),
         instances=instances,
@@ -480,6 +490,11 @@ async def build_baton(settings: Settings) -> Baton:
             )
             for path, repository in (forge.repositories.items() if forge else ())
         },
+        tracing=build_tracing(
+            endpoint=settings.tracing.endpoint,
+            capture_content=settings.tracing.capture_content,
+            redact=redact,
+        ),
     )
     forge_holder.append(baton)
     return baton

@@ -219,6 +219,18 @@ class ModelCallsConfig(BaseModel):
     answer_timeout_s: float = Field(default=900, gt=0)  # one answer, however it trickles
 
 
+class TracingConfig(BaseModel):
+    """OpenTelemetry traces (OTEL_* variables): where spans go, and whether message text
+    goes with them (see `bot.tracing`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # The OTLP/HTTP traces URL; None: no traces, and nothing of the SDK is loaded.
+    endpoint: str | None = None
+    # Prompts, messages, tool arguments and outputs on spans, redacted (OTEL_CAPTURE_CONTENT).
+    capture_content: bool = False
+
+
 # The environment variables holding Baton's own secrets: never handed to an MCP server,
 # by name (`${OPENAI_API_KEY}` in a header or env) or by value.
 SECRET_VARIABLES = (
@@ -426,6 +438,14 @@ class EnvironmentSettings(BaseSettings):
     github_webhook_secret: str | None = Field(
         default=None, validation_alias="GITHUB_WEBHOOK_SECRET"
     )
+    # The OTLP exporter's own variables: traces go where these say (the traces one wins).
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    otel_exporter_otlp_traces_endpoint: str | None = Field(
+        default=None, validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    )
+    otel_capture_content: bool = Field(default=False, validation_alias="OTEL_CAPTURE_CONTENT")
 
 
 class Settings(BaseModel):
@@ -479,6 +499,7 @@ class Settings(BaseModel):
     # Server name -> its entry, `paths` made absolute (relative ones from the config's
     # directory).
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    tracing: TracingConfig = TracingConfig()
 
     @field_validator("slack_api_url")
     @classmethod
@@ -590,7 +611,21 @@ def load_settings(cwd: Path | None = None) -> Settings:
             name: _anchored(server, config_path.parent if config_path else base)
             for name, server in file_config.mcp_servers.items()
         },
+        tracing=TracingConfig(
+            endpoint=_traces_endpoint(env),
+            capture_content=env.otel_capture_content,
+        ),
     )
+
+
+def _traces_endpoint(env: EnvironmentSettings) -> str | None:
+    """Where spans go, as the OTLP exporter reads its variables: the traces endpoint as
+    it is, else the base endpoint with `/v1/traces`; None (no traces) when neither."""
+    if env.otel_exporter_otlp_traces_endpoint:
+        return env.otel_exporter_otlp_traces_endpoint
+    if base := env.otel_exporter_otlp_endpoint:
+        return f"{base.removesuffix('/')}/v1/traces"
+    return None
 
 
 def _anchored(server: McpServerConfig, anchor: Path) -> McpServerConfig:

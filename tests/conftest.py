@@ -139,6 +139,14 @@ def no_real_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         "BATON_STATE_DIR",
         "DATABASE_URL",
         "PORT",
+        # Traces: a developer's collector must not receive the tests' spans.
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_CAPTURE_CONTENT",
+        "OTEL_SERVICE_NAME",
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "OTEL_TRACES_SAMPLER",
+        "OTEL_SDK_DISABLED",
     ):
         monkeypatch.delenv(name, raising=False)
     yield

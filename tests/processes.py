@@ -60,7 +60,8 @@ async def wait_until_healthy(
 
 
 def bot_environment(**values: str) -> dict[str, str]:
-    """This process's environment without Slack's, OpenAI's and Baton's variables, plus `values`.
+    """This process's environment without Slack's, OpenAI's, OpenTelemetry's and Baton's
+    variables, plus `values`.
 
     What a `python -m bot` started by a test sees: nothing of the developer's own
     tokens or configuration leaks in.
@@ -68,7 +69,7 @@ def bot_environment(**values: str) -> dict[str, str]:
     env = {
         name: value
         for name, value in os.environ.items()
-        if not name.startswith(("SLACK_", "OPENAI_", "BATON_")) and name != "DATABASE_URL"
+        if not name.startswith(("SLACK_", "OPENAI_", "BATON_", "OTEL_")) and name != "DATABASE_URL"
     }
     env.update(values)
     return env

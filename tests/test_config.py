@@ -370,3 +370,21 @@ def test_a_bad_alias_or_switch_stops_the_start_naming_the_key(
     key = entry.split(":", 1)[0]
     with pytest.raises(ConfigError, match=key):
         load_settings(cwd=tmp_path)
+
+
+def test_the_environment_names_the_endpoint_and_content_capture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert load_settings(cwd=tmp_path).tracing.endpoint is None
+    assert not load_settings(cwd=tmp_path).tracing.capture_content
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")
+    assert load_settings(cwd=tmp_path).tracing.endpoint == "http://collector:4318/v1/traces"
+    # The traces endpoint is a whole URL, taken as it is, and wins.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://traces.example/otlp")
+    assert load_settings(cwd=tmp_path).tracing.endpoint == "https://traces.example/otlp"
+
+    monkeypatch.setenv("OTEL_CAPTURE_CONTENT", "true")
+    assert load_settings(cwd=tmp_path).tracing.capture_content
+    monkeypatch.setenv("OTEL_CAPTURE_CONTENT", "false")
+    assert not load_settings(cwd=tmp_path).tracing.capture_content

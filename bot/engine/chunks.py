@@ -45,3 +45,4 @@ class ChunkUsage(_Chunked):
 class Chunk(_Chunked):
     choices: list[Choice] | None = None
     usage: ChunkUsage | None = None
+    model: str | None = None  # the model that answered, as the provider names it

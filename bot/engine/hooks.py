@@ -105,6 +105,13 @@ class ApprovalDecision:
 
     approved: bool
     message: str
+    # What became of the request (approved, denied, expired, cancelled), as traces show
+    # it; None: what `approved` says.
+    state: str | None = None
+
+    @property
+    def outcome(self) -> str:
+        return self.state or ("approved" if self.approved else "denied")
 
 
 ApprovalFunc = Callable[[ApprovalRequest], Awaitable[ApprovalDecision]]

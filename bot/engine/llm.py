@@ -24,7 +24,7 @@ from typing import Any
 import openai
 import pydantic
 
-from bot import metrics
+from bot import metrics, tracing
 from bot.engine.chunks import Chunk
 from bot.engine.events import ModelWaiting
 from bot.engine.messages import ChatMessage, ToolCall, Usage
@@ -92,6 +92,8 @@ class LLMResponse:
     tool_calls: tuple[ToolCall, ...]
     usage: Usage
     finish_reason: str | None
+    # The model that answered, as the provider names it (None: it did not say).
+    model: str | None = None
 
 
 @dataclass(slots=True)
@@ -109,10 +111,13 @@ class _Answer:
     calls: dict[int, _PartialCall] = field(default_factory=dict)
     usage: Usage = field(default_factory=lambda: Usage(requests=1))
     finish_reason: str | None = None
+    model: str | None = None
     _last: int | None = None  # the call the last tool-call piece went to
 
     def add(self, chunk: Chunk) -> str:
         """Take one stream chunk in; return its answer text ("" when none)."""
+        if chunk.model:
+            self.model = chunk.model
         if chunk.usage is not None:
             self.usage = Usage(
                 prompt_tokens=_count(chunk.usage.prompt_tokens),
@@ -173,6 +178,7 @@ class _Answer:
             tool_calls=tool_calls,
             usage=self.usage,
             finish_reason=self.finish_reason,
+            model=self.model,
         )
 
 
@@ -244,7 +250,7 @@ class LLMClient:
             "%s takes no images (%s): its images are named in text from now on", model, detail
         )
 
-    async def stream(
+    def stream(
         self,
         *,
         model: str,
@@ -254,13 +260,55 @@ class LLMClient:
         """Yield text chunks as they arrive, then exactly one `LLMResponse`.
 
         Before each retry a `ModelWaiting` comes out; when it says `discard_text`, the
-        text chunks yielded so far are void and the answer starts again.
+        text chunks yielded so far are void and the answer starts again. With traces on,
+        the call (its retries included) is a `chat {model}` span.
 
         Raises:
             ContextLengthError: The request is too long for the model.
             LLMError: The provider refused the request, or kept failing until the
                 deadline.
         """
+        traced = tracing.current()
+        if not traced.enabled:
+            return self._stream(model, messages, tools, tracing.INVALID_SPAN)
+        return self._traced(traced, model, messages, tools)
+
+    async def _traced(
+        self,
+        traced: tracing.Tracing,
+        model: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[dict[str, Any]],
+    ) -> AsyncIterator[TextChunk | ModelWaiting | LLMResponse]:
+        """`_stream` within a span of its own, which says what the call cost and how it
+        ended (and, capturing content, what it sent and what came back)."""
+        span = traced.chat(model=model, server=self.client.base_url.host)
+        if traced.capture_content:
+            _capture_request(traced, span, messages)
+        retries = 0
+        try:
+            async with aclosing(self._stream(model, messages, tools, span)) as items:
+                async for item in items:
+                    if isinstance(item, ModelWaiting):
+                        retries += 1
+                    elif isinstance(item, LLMResponse):
+                        _trace_response(traced, span, item)
+                    yield item
+        except BaseException as exc:
+            tracing.failed(span, exc)
+            raise
+        finally:
+            if retries:
+                span.set_attribute("baton.model.retries", retries)
+            span.end()
+
+    async def _stream(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[dict[str, Any]],
+        span: tracing.Span,
+    ) -> AsyncIterator[TextChunk | ModelWaiting | LLMResponse]:
         images = self.accepts_images(model) and any(m.images for m in messages)
         request: dict[str, Any] = {
             "model": model,
@@ -281,7 +329,7 @@ class LLMClient:
             streamed_text = False
             try:
                 # The place is held for this attempt only, never during a backoff.
-                async with self._slots, aclosing(self._attempt(request)) as chunks:
+                async with self._slots, aclosing(self._attempt(request, span)) as chunks:
                     async for chunk in chunks:
                         if text := answer.add(chunk):
                             streamed_text = True
@@ -333,7 +381,7 @@ class LLMClient:
             yield answer.response()
             return
 
-    async def _attempt(self, request: dict[str, Any]) -> AsyncIterator[Chunk]:
+    async def _attempt(self, request: dict[str, Any], span: tracing.Span) -> AsyncIterator[Chunk]:
         """One HTTP call: its chunks, with any failure sorted into retry or not.
 
         The request goes out through the client's `post` as the JSON it already is, and
@@ -347,16 +395,18 @@ class LLMClient:
         loop = asyncio.get_running_loop()
         ends = loop.time() + self.answer_timeout_s
         try:
-            async with asyncio.timeout(self.stall_timeout_s):
-                stream = await self.client.post(
-                    "/chat/completions",
-                    body=request,
-                    cast_to=object,
-                    stream=True,
-                    stream_cls=openai.AsyncStream[object],
-                    # As chat.completions.create: the API key, never an admin key.
-                    options={"security": {"bearer_auth": True}},
-                )
+            # The call's span is current for the request alone: no yield happens in it.
+            with tracing.active(span):
+                async with asyncio.timeout(self.stall_timeout_s):
+                    stream = await self.client.post(
+                        "/chat/completions",
+                        body=request,
+                        cast_to=object,
+                        stream=True,
+                        stream_cls=openai.AsyncStream[object],
+                        # As chat.completions.create: the API key, never an admin key.
+                        options={"security": {"bearer_auth": True}},
+                    )
         except TimeoutError as exc:
             raise _Transient(
                 stall, f"the model provider sent nothing for {self.stall_timeout_s:g} s"
@@ -443,6 +493,64 @@ class LLMClient:
             return retry_after + random.uniform(0, min(1.0, retry_after / 10))
         ceiling = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (retry - 1))
         return random.uniform(ceiling / 2, ceiling)
+
+
+def _capture_request(
+    traced: tracing.Tracing, span: tracing.Span, messages: Sequence[ChatMessage]
+) -> None:
+    """What a call sends, on its span (content captured): the system prompt, and the
+    messages in the GenAI conventions' form, each text redacted and cut."""
+    system = [m.content for m in messages if m.role == "system" and m.content]
+    if system:
+        parts = [{"type": "text", "content": traced.content(text)} for text in system]
+        span.set_attribute(tracing.SYSTEM_INSTRUCTIONS, tracing.newest_json(parts))
+    sent = [_genai_message(traced, m) for m in messages if m.role != "system"]
+    span.set_attribute(tracing.INPUT_MESSAGES, tracing.newest_json(sent))
+
+
+def _genai_message(traced: tracing.Tracing, message: ChatMessage) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    if message.role == "tool":
+        parts.append(
+            {
+                "type": "tool_call_response",
+                "id": traced.ident(message.tool_call_id or ""),
+                "response": traced.content(message.content or ""),
+            }
+        )
+    elif message.content:
+        parts.append({"type": "text", "content": traced.content(message.content)})
+    parts += [
+        {"type": "text", "content": f"[image {traced.content(image.name)}]"}
+        for image in message.images
+    ]
+    parts += [
+        {
+            "type": "tool_call",
+            "id": traced.ident(call.id),
+            "name": traced.ident(call.name),
+            "arguments": traced.content(call.arguments),
+        }
+        for call in message.tool_calls
+    ]
+    return {"role": message.role, "parts": parts}
+
+
+def _trace_response(traced: tracing.Tracing, span: tracing.Span, response: LLMResponse) -> None:
+    """What came back, on the call's span: the model, why it ended, the tokens."""
+    if response.model:
+        span.set_attribute(tracing.RESPONSE_MODEL, traced.ident(response.model))
+    if response.finish_reason:
+        span.set_attribute(tracing.FINISH_REASONS, [traced.ident(response.finish_reason)])
+    span.set_attribute(tracing.INPUT_TOKENS, response.usage.prompt_tokens)
+    span.set_attribute(tracing.OUTPUT_TOKENS, response.usage.completion_tokens)
+    if traced.capture_content:
+        answer = ChatMessage(
+            role="assistant", content=response.text or None, tool_calls=response.tool_calls
+        )
+        message = _genai_message(traced, answer)
+        message["finish_reason"] = response.finish_reason or ""
+        span.set_attribute(tracing.OUTPUT_MESSAGES, tracing.newest_json([message]))
 
 
 def _count(tokens: int | None) -> int:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from bot import metrics
+from bot import metrics, tracing
 from bot.engine.context import Compactor, Fitted, fit, fold_point
 from bot.engine.events import (
     ApprovalRequired,
@@ -523,29 +523,40 @@ class Engine:
         emit(ToolStart(call_id=call.id, name=call.name, arguments=call.arguments))
         # Each call runs in a task of its own (gather), so this is set for it alone.
         current_call.set(call)
-        try:
-            outcome = await self._execute(call, emit)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            # A bug in a tool must not end the run: the model hears of it and goes on.
-            logger.exception("tool %s failed unexpectedly", call.name)
-            outcome = _CallOutcome(
-                output=f"Error: {call.name} failed unexpectedly: {type(exc).__name__}: {exc}",
-                is_error=True,
-            )
-        finally:
-            if (siblings := response_calls.get()) is not None:
-                siblings.ended.add(call.id)
-        output = cap_output(outcome.output, self.output_limit)
-        known = call.name in self.tools  # a name the model invented must not become a label
-        metrics.record_tool_call(call.name if known else "unknown", is_error=outcome.is_error)
+        # A name the model invented must not become a label (nor name a span).
+        label = call.name if call.name in self.tools else "unknown"
+        traced = tracing.current()
+        with traced.tool_call(name=label, call_id=call.id, arguments=call.arguments) as span:
+            try:
+                outcome = await self._execute(call, emit, traced, span)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # A bug in a tool must not end the run: the model hears of it and goes on.
+                logger.exception("tool %s failed unexpectedly", call.name)
+                tracing.failed(span, exc)
+                outcome = _CallOutcome(
+                    output=f"Error: {call.name} failed unexpectedly: {type(exc).__name__}: {exc}",
+                    is_error=True,
+                )
+            finally:
+                if (siblings := response_calls.get()) is not None:
+                    siblings.ended.add(call.id)
+            output = cap_output(outcome.output, self.output_limit)
+            if traced.capture_content:
+                span.set_attribute(tracing.TOOL_RESULT, traced.content(output))
+        metrics.record_tool_call(label, is_error=outcome.is_error)
         emit(ToolResult(call_id=call.id, name=call.name, output=output, is_error=outcome.is_error))
         return _CallOutcome(output=output, is_error=outcome.is_error, images=outcome.images)
 
-    async def _execute(self, call: ToolCall, emit: Emit) -> _CallOutcome:
+    async def _execute(
+        self, call: ToolCall, emit: Emit, traced: tracing.Tracing, span: tracing.Span
+    ) -> _CallOutcome:
+        """Run one call (after the hooks and, if they ask, a person); `span` is its span,
+        marked with the kind of failure when it does not run or fails."""
         tool = self.tools.get(call.name)
         if tool is None:
+            tracing.failed(span, "unknown_tool")
             available = ", ".join(self.tools.names()) or "none"
             return _CallOutcome(
                 output=f"Error: there is no tool named {call.name!r}. Available tools: "
@@ -555,12 +566,14 @@ class Engine:
         try:
             arguments = tool.parse_arguments(call.arguments)
         except ToolError as exc:
+            tracing.failed(span, "invalid_arguments")
             return _CallOutcome(output=f"Error: {exc}", is_error=True)
         invocation = ToolInvocation(
             call_id=call.id, tool=tool, arguments=arguments, raw_arguments=call.arguments
         )
         decision = await decide(self.hooks, invocation)
         if decision.action == "deny":
+            tracing.failed(span, "denied")
             return _CallOutcome(
                 output=f"Permission denied: {decision.reason}. The tool was not run.",
                 is_error=True,
@@ -576,27 +589,34 @@ class Engine:
                 )
             )
             if self.approval is None:
+                tracing.failed(span, "not_approved")
                 return _CallOutcome(
                     output=f"Not run: this call needs a person's approval ({decision.reason}) "
                     "and nobody can be asked here, so it was refused.",
                     is_error=True,
                 )
-            verdict = await self.approval(
-                ApprovalRequest(
-                    call_id=call.id,
-                    tool_name=call.name,
-                    arguments=call.arguments,
-                    reason=decision.reason,
-                    risk=decision.risk,
-                    approver_sets=decision.approver_sets,
+            with traced.approval(
+                tool=call.name, call_id=call.id, risk=decision.risk, reason=decision.reason
+            ) as waiting:
+                verdict = await self.approval(
+                    ApprovalRequest(
+                        call_id=call.id,
+                        tool_name=call.name,
+                        arguments=call.arguments,
+                        reason=decision.reason,
+                        risk=decision.risk,
+                        approver_sets=decision.approver_sets,
+                    )
                 )
-            )
+                waiting.set_attribute("baton.approval.decision", verdict.outcome)
             if not verdict.approved:
+                tracing.failed(span, "not_approved")
                 return _CallOutcome(output=f"Not run: {verdict.message}", is_error=True)
         approved = person_approved.set(decision.action == "ask")
         try:
             output = await tool.run(arguments)
         except ToolError as exc:
+            tracing.failed(span, "tool_error")
             return _CallOutcome(output=f"Error: {exc}", is_error=True)
         finally:
             person_approved.reset(approved)

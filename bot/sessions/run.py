@@ -29,6 +29,7 @@ from bot.sessions.workbench import Workbench
 from bot.store import SessionKey
 from bot.store.usage import UsageStore
 from bot.subagents import AgentRegistry, SubAgentEvent
+from bot.tracing import DISABLED, INPUT_TOKENS, OUTPUT_TOKENS, Span, Tracing, failed
 
 logger = logging.getLogger(__name__)
 
@@ -137,10 +138,25 @@ class RunParts:
     workbench_for: Callable[[str | None], Workbench | None] = lambda _channel: None
     # Waits (bounded) until the tools of servers still starting can be offered.
     tools_ready: Callable[[], Awaitable[None]] | None = None
+    # The run is a span, its model calls, tools and sub-agents under it (traces on).
+    tracing: Tracing = DISABLED
 
 
 async def execute(run: ActiveRun, parts: RunParts, *, ts: str, text: str, files: list) -> None:
     """Do the work of `run`, which answers `text` (message `ts`, with `files`)."""
+    with parts.tracing.run(
+        run_id=run.run_id,
+        conversation=run.key.key,
+        channel_id=run.where.channel_id,
+        thread_ts=run.where.thread_ts,
+        user_id=run.user_id,
+    ) as span:
+        await _execute(run, parts, span, ts=ts, text=text, files=files)
+
+
+async def _execute(
+    run: ActiveRun, parts: RunParts, span: Span, *, ts: str, text: str, files: list
+) -> None:
     surface = parts.surface
     clean = surface.clean(text)
     direct = parse_direct_agent(clean)
@@ -204,9 +220,25 @@ async def execute(run: ActiveRun, parts: RunParts, *, ts: str, text: str, files:
         end = RunEnd(outcome=RunOutcome.FAILED, cause=StopCause.ERROR, error=reason)
         await surface.report(run.where, reason)
     finally:
+        _trace_end(span, end)
         await asyncio.shield(asyncio.wait([showing]))  # the end is shown in the view
         await asyncio.shield(view.finish(end))
         metrics.record_run(end.outcome.value)
+
+
+def _trace_end(span: Span, end: RunEnd) -> None:
+    """How the run ended, on its span: the outcome and its cause, turns and tokens."""
+    span.set_attribute("baton.run.outcome", end.outcome.value)
+    if end.cause is not None:
+        span.set_attribute("baton.run.cause", end.cause.value)
+    if end.turns is not None:
+        span.set_attribute("baton.run.turns", end.turns)
+    span.set_attribute(INPUT_TOKENS, end.prompt_tokens)
+    span.set_attribute(OUTPUT_TOKENS, end.completion_tokens)
+    # With its sub-agents' (the two above are the main agent's own).
+    span.set_attribute("baton.run.tokens", end.run_tokens)
+    if end.outcome is RunOutcome.FAILED:
+        failed(span, end.cause.value if end.cause is not None else "failed")
 
 
 def _stopped(run: ActiveRun, *, accepting: bool) -> RunEnd:

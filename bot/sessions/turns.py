@@ -57,6 +57,7 @@ from bot.store.thread_inbox import (
 from bot.store.thread_inbox import INTERRUPTED as INTERRUPTED_STATE
 from bot.store.usage import UsageStore
 from bot.subagents import AgentRegistry, TaskTracker
+from bot.tracing import DISABLED, Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +108,8 @@ class TurnParts:
     workbench_for: Callable[[str | None], Workbench | None] = lambda _channel: None
     # Waits (bounded) until the tools of servers still starting can be offered.
     tools_ready: Callable[[], Awaitable[None]] | None = None
+    # Each run is a span, when traces are on.
+    tracing: Tracing = DISABLED
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,6 +462,7 @@ class TurnMachine:
             accepting=lambda: self.accepting,
             workbench_for=parts.workbench_for,
             tools_ready=parts.tools_ready,
+            tracing=parts.tracing,
         )
 
     async def _end_turn(self, run: ActiveRun) -> None:

@@ -157,6 +157,7 @@ class SlackApprovals:
                     approved=False,
                     message="the approval request could not be posted to Slack "
                     f"({exc.response.get('error')}), so the call was not run",
+                    state="cancelled",
                 )
             posted_ts = posted["ts"]
             await self.store.set_message(record.id, channel_id=channel, message_ts=posted_ts)
@@ -241,20 +242,26 @@ class SlackApprovals:
 
     def _decision(self, record: ApprovalRecord) -> ApprovalDecision:
         if record.state == "approved":
-            return ApprovalDecision(approved=True, message=f"approved by <@{record.decided_by}>")
+            return ApprovalDecision(
+                approved=True, message=f"approved by <@{record.decided_by}>", state="approved"
+            )
         if record.state == "denied":
             return ApprovalDecision(
                 approved=False,
                 message=f"a person (<@{record.decided_by}>) denied this call, so it was not run. "
                 "Do not retry it; explain what you wanted to do or ask how to proceed.",
+                state="denied",
             )
         if record.state == "expired":
             return ApprovalDecision(
                 approved=False,
                 message=f"nobody decided within {self.timeout_s:g} s, so the call was not run. "
                 "Nobody denied it: you may ask in the thread whether to try again.",
+                state="expired",
             )
-        return ApprovalDecision(approved=False, message="the approval request was cancelled")
+        return ApprovalDecision(
+            approved=False, message="the approval request was cancelled", state="cancelled"
+        )
 
     def shown(self, record: ApprovalRecord) -> ApprovalRecord:
         """`record` as people may see it: Baton's own secrets out of its arguments and

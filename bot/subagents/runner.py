@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bot import tracing
 from bot.describe import describe_event, stop_error
 from bot.engine import (
     ApprovalDecision,
@@ -331,9 +332,14 @@ class SubAgentRunner:
             depth=parent.depth + 1,
             group=group,
         )
+        # The child runs in a task the tracker owns: its span joins the trace of the
+        # call that started it, handed over here whatever context that task is made in.
+        started_in = tracing.carried()
         self.tracker.run_child(
             record.id,
-            self._run_background(record, definition, prompt, parent, isolate=isolate),
+            self._run_background(
+                record, definition, prompt, parent, isolate=isolate, started_in=started_in
+            ),
             session_id=record.session_id,
         )
         return record
@@ -346,11 +352,18 @@ class SubAgentRunner:
         parent: ParentContext,
         *,
         isolate: bool,
+        started_in: tracing.Context,
     ) -> None:
         try:
-            await self._run(
-                record, definition, prompt, parent, self._deny_approvals(record), isolate=isolate
-            )
+            with tracing.resumed(started_in):
+                await self._run(
+                    record,
+                    definition,
+                    prompt,
+                    parent,
+                    self._deny_approvals(record),
+                    isolate=isolate,
+                )
         except asyncio.CancelledError:
             # An explicit cancel has already written "cancelled"; this covers shutdown.
             await asyncio.shield(
@@ -382,6 +395,36 @@ class SubAgentRunner:
         return deny
 
     async def _run(
+        self,
+        record: TaskRecord,
+        definition: AgentDefinition,
+        prompt: str,
+        parent: ParentContext,
+        approval: ApprovalFunc | None,
+        *,
+        isolate: bool = False,
+    ) -> TaskOutcome:
+        """`_execute` within the child's span (`invoke_agent {name}`), when traces are on:
+        its model calls and tools are under it."""
+        with tracing.current().agent(
+            name=definition.name,
+            task_id=record.id,
+            model=definition.model or parent.model,
+            background=record.background,
+            depth=parent.depth + 1,
+        ) as span:
+            outcome = await self._execute(
+                record, definition, prompt, parent, approval, isolate=isolate
+            )
+            span.set_attribute("baton.task.state", outcome.state)
+            span.set_attribute("baton.task.turns", outcome.turns)
+            span.set_attribute(tracing.INPUT_TOKENS, outcome.usage.prompt_tokens)
+            span.set_attribute(tracing.OUTPUT_TOKENS, outcome.usage.completion_tokens)
+            if outcome.state == "failed":
+                tracing.failed(span, "failed")
+            return outcome
+
+    async def _execute(
         self,
         record: TaskRecord,
         definition: AgentDefinition,
