@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import unquote
 
 import yaml
 from pydantic import (
@@ -229,6 +230,8 @@ class TracingConfig(BaseModel):
     endpoint: str | None = None
     # Prompts, messages, tool arguments and outputs on spans, redacted (OTEL_CAPTURE_CONTENT).
     capture_content: bool = False
+    # The values of the exporter's headers (a collector's API key, often): secrets.
+    header_values: tuple[str, ...] = ()
 
 
 # The environment variables holding Baton's own secrets: never handed to an MCP server,
@@ -239,6 +242,10 @@ SECRET_VARIABLES = (
     "SLACK_APP_TOKEN",
     "OPENAI_API_KEY",
     "DATABASE_URL",
+    "GITHUB_TOKEN",
+    "GITHUB_WEBHOOK_SECRET",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
 )
 # `${NAME}` in an MCP server's headers and env: the value of that environment variable.
 ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -446,6 +453,13 @@ class EnvironmentSettings(BaseSettings):
         default=None, validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
     )
     otel_capture_content: bool = Field(default=False, validation_alias="OTEL_CAPTURE_CONTENT")
+    # Read by the exporter itself; Baton reads them only to keep their values secret.
+    otel_exporter_otlp_headers: str | None = Field(
+        default=None, validation_alias="OTEL_EXPORTER_OTLP_HEADERS"
+    )
+    otel_exporter_otlp_traces_headers: str | None = Field(
+        default=None, validation_alias="OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+    )
 
 
 class Settings(BaseModel):
@@ -523,6 +537,7 @@ class Settings(BaseModel):
             url_password(self.database_url),
             self.github_token,
             self.github_webhook_secret,
+            *self.tracing.header_values,
         )
         return tuple(value for value in candidates if value)
 
@@ -614,6 +629,9 @@ def load_settings(cwd: Path | None = None) -> Settings:
         tracing=TracingConfig(
             endpoint=_traces_endpoint(env),
             capture_content=env.otel_capture_content,
+            header_values=_header_values(
+                env.otel_exporter_otlp_headers, env.otel_exporter_otlp_traces_headers
+            ),
         ),
     )
 
@@ -626,6 +644,18 @@ def _traces_endpoint(env: EnvironmentSettings) -> str | None:
     if base := env.otel_exporter_otlp_endpoint:
         return f"{base.removesuffix('/')}/v1/traces"
     return None
+
+
+def _header_values(*lists: str | None) -> tuple[str, ...]:
+    """The values of OTLP header lists (`key=value,key2=value2`, values URL-encoded as
+    the exporter reads them), both as written and decoded."""
+    values: list[str] = []
+    for listed in lists:
+        for pair in (listed or "").split(","):
+            _, equals, value = pair.partition("=")
+            if equals and (value := value.strip()):
+                values += [value, unquote(value)]
+    return tuple(dict.fromkeys(values))
 
 
 def _anchored(server: McpServerConfig, anchor: Path) -> McpServerConfig:

@@ -10,6 +10,7 @@ import pytest
 
 from bot.config import DEFAULT_AGENTS_DIR, SandboxConfig, load_settings
 from bot.errors import ConfigError
+from bot.redaction import Redactor
 
 
 @pytest.fixture(autouse=True)
@@ -388,3 +389,16 @@ def test_the_environment_names_the_endpoint_and_content_capture(
     assert load_settings(cwd=tmp_path).tracing.capture_content
     monkeypatch.setenv("OTEL_CAPTURE_CONTENT", "false")
     assert not load_settings(cwd=tmp_path).tracing.capture_content
+
+
+def test_the_exporters_header_values_are_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collector's API key travels in OTEL_EXPORTER_OTLP_HEADERS: no text shown to a
+    person, no span, no log line may carry it, written or URL-decoded."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "api-key=collector%2Bkey-1, x-tenant = acme")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "authorization=Bearer%20tr4ces")
+    secrets = load_settings(cwd=tmp_path).secret_values
+    for value in ("collector%2Bkey-1", "collector+key-1", "acme", "Bearer tr4ces"):
+        assert value in secrets, value
+    assert Redactor(secrets)("the key is collector+key-1") == "the key is ***"

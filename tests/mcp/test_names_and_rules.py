@@ -194,6 +194,11 @@ def test_config_errors_name_the_server_and_the_problem(tmp_path: Path) -> None:
     assert "one of Baton's own secrets" in problem(
         {"x": {"command": ["s"], "env": {"KEY": "${OPENAI_API_KEY}"}}}
     )
+    # The forge's and the trace collector's credentials are Baton's too.
+    for name in ("GITHUB_TOKEN", "GITHUB_WEBHOOK_SECRET", "OTEL_EXPORTER_OTLP_HEADERS"):
+        assert "one of Baton's own secrets" in problem(
+            {"x": {"url": "http://a", "headers": {"Authorization": f"x ${{{name}}}"}}}
+        ), name
     assert "for stdio servers" in problem({"x": {"url": "http://a", "network": True}})
     assert "for HTTP servers" in problem({"x": {"command": ["s"], "headers": {"A": "b"}}})
     assert "mcp_servers.x.url" in problem({"x": {"url": "file:///etc/passwd"}})
