@@ -170,13 +170,16 @@ class Profile:
 
     Attributes:
         arguments: Everything between the bwrap binary and `--`.
-        placeholders: Paths in the workspace that do not exist on the host; bwrap
-            creates an empty file or directory at each (a mount point), which the
-            caller removes once the call is over.
+        placeholders: Paths in the workspace that do not exist on the host, or are
+            only another call's placeholder (empty); each needs an empty directory (or
+            file, for those in `file_placeholders`) as its mount point, which the
+            caller makes, holds while the call runs and removes once nobody holds it.
+        file_placeholders: The placeholders that are files, not directories.
     """
 
     arguments: tuple[str, ...]
     placeholders: tuple[Path, ...]
+    file_placeholders: frozenset[Path] = frozenset()
 
 
 def build_profile(
@@ -223,7 +226,9 @@ def build_profile(
         "--chdir",
         str(policy.workspace),
     ]
-    return Profile(tuple(arguments), tuple(workspace.placeholders))
+    return Profile(
+        tuple(arguments), tuple(workspace.placeholders), frozenset(workspace.placeholder_files)
+    )
 
 
 def _namespaces(network: bool, user_namespace: bool) -> list[str]:
@@ -433,6 +438,7 @@ class _WorkspaceMounts:
         # takes an empty `.git/rebase-merge` for a rebase in progress) is protected only
         # when it exists; when it does not, the runner deals with what the call made.
         unheld = {*policy.removed_if_created, *policy.set_aside_if_created}
+        self.unheld = frozenset(unheld)
         self.read_only = [
             p
             for p in policy.read_only
@@ -442,6 +448,7 @@ class _WorkspaceMounts:
         self.pinned = [p for p in policy.pinned if self._inside(p)]
         self.outside_masked = [p for p in policy.masked if not self._inside(p)]
         self.placeholders: list[Path] = []
+        self.placeholder_files: set[Path] = set()
 
     def arguments(self) -> list[str]:
         mounts: dict[Path, list[str]] = {}
@@ -475,7 +482,9 @@ class _WorkspaceMounts:
                     f"{current} is a symbolic link, so the sandbox cannot keep {path} "
                     "protected; replace the link with the real file or directory"
                 )
-            if self._missing(current):
+            # Another call's placeholder (of this process, or of a replica sharing the
+            # workspace) is one for this call too: held, it stays while this call runs.
+            if self._missing(current) or (path not in self.masked and self._stand_in(current)):
                 if not self._covered(current):
                     yield current, "placeholder"
                 return
@@ -493,6 +502,7 @@ class _WorkspaceMounts:
             if at not in self.placeholders:
                 self.placeholders.append(at)
             if at == target and (target in self.masked or target in self.files):
+                self.placeholder_files.add(at)
                 return ["--ro-bind", str(self.empty_file), str(at)]
             return _empty_directory(at)
         if action == "mask":
@@ -508,6 +518,13 @@ class _WorkspaceMounts:
 
     def _missing(self, path: Path) -> bool:
         return path in self.held or not os.path.lexists(path)
+
+    def _stand_in(self, path: Path) -> bool:
+        """True for an empty file or directory where a placeholder may stand: perhaps
+        another call's, so held like one. Not on the way to a masked path (an empty
+        database is Baton's own), nor git's in-progress state, which no placeholder may
+        hold (an empty one is the operator's)."""
+        return path not in self.unheld and is_placeholder(path)
 
     def _inside(self, path: Path) -> bool:
         return path != self.root and path.is_relative_to(self.root)
@@ -535,7 +552,11 @@ def is_placeholder(path: Path) -> bool:
     except FileNotFoundError:
         return False
     if stat.S_ISDIR(info.st_mode):
-        return not any(os.scandir(path))
+        try:
+            with os.scandir(path) as entries:
+                return not any(entries)
+        except OSError:
+            return False
     return stat.S_ISREG(info.st_mode) and info.st_size == 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fcntl
 import logging
 import os
 import re
@@ -28,6 +29,7 @@ from bot.sandbox.profile import (
     SANDBOX_HOME,
     SYSTEM_DIRS,
     EtcEntry,
+    Profile,
     build_profile,
     etc_entries,
     etc_files,
@@ -38,6 +40,8 @@ from bot.sandbox.seccomp import filter_bytes, filter_fd
 logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 10.0
+# Makes of a placeholder that another call removed each time before it could be held.
+HOLD_TRIES = 10
 GIT_IDENTITY = "[user]\n\tname = Baton\n\temail = baton@localhost\n"
 # In `private_files()`: the seccomp filter as a file.
 SECCOMP_FILE = "seccomp.bpf"
@@ -330,6 +334,7 @@ class Sandbox:
                 descriptors.callback(os.close, fd)
                 passed.append(fd)
                 options += ["--seccomp", str(fd)]
+            holds = _hold_placeholders(profile)
             self._held.update(profile.placeholders)
             self._watched.update(watched)
             token = _passed_fds.set(tuple(passed))
@@ -338,6 +343,8 @@ class Sandbox:
             finally:
                 with contextlib.suppress(ValueError):  # left in another context than entered
                     _passed_fds.reset(token)
+                for fd in holds:
+                    os.close(fd)
                 self._clean_up(policy, profile.placeholders, watched, heads, notes)
 
     def _clean_up(
@@ -585,12 +592,72 @@ def _restore_head(path: Path, head: bytes) -> str:
     )
 
 
+def _hold_placeholders(profile: Profile) -> list[int]:
+    """Make each of the profile's placeholders that is missing, and hold every one.
+
+    A call holds its placeholders (a shared `flock` on each) from before bwrap mounts
+    over them until the call ends, and a placeholder is removed only under an exclusive
+    lock: so no other call removes one under a running sandbox, whether the other call
+    is this process's or another replica's on a shared workspace. (A mount point
+    removed on the host is unmounted in the sandbox too, which would open the path it
+    protects.) The descriptors; close them when the call is over.
+    """
+    holds: list[int] = []
+    try:
+        for path in profile.placeholders:
+            holds.append(_hold(path, directory=path not in profile.file_placeholders))
+    except BaseException:
+        for fd in holds:
+            os.close(fd)
+        raise
+    return holds
+
+
+def _hold(path: Path, *, directory: bool) -> int:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
+    for _ in range(HOLD_TRIES):
+        with contextlib.suppress(FileExistsError):
+            if directory:
+                os.mkdir(path, 0o755)
+            else:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            continue  # removed by its last holder in between: make it again
+        except OSError as exc:
+            raise WorkspaceError(
+                f"{path} cannot stand empty in the sandbox ({exc.strerror}): something "
+                "else stands there; the command was not run"
+            ) from exc
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.fstat(fd), os.lstat(path)):
+                return fd
+        os.close(fd)  # removed (and perhaps made again) before the lock: try again
+    raise WorkspaceError(f"{path} kept changing while the sandbox was made; try again")
+
+
 def _remove_placeholder(path: Path) -> None:
-    """Remove a mount point bwrap left, if it is still the empty thing bwrap made."""
-    if not is_placeholder(path):
+    """Remove a mount point, if it is still an empty placeholder and no call (of this
+    process or another) holds it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
         return
-    with contextlib.suppress(OSError):
-        if path.is_dir():
-            path.rmdir()
-        else:
-            path.unlink()
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # another call stands on it; the last one removes it
+        if not os.path.samestat(os.fstat(fd), os.lstat(path)) or not is_placeholder(path):
+            return
+        with contextlib.suppress(OSError):
+            if path.is_dir():
+                path.rmdir()
+            else:
+                path.unlink()
+    except OSError:
+        return
+    finally:
+        os.close(fd)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from bot.sandbox import Sandbox, SandboxPolicy
 from bot.tools.shell import Bash, BashArgs
 from bot.tools.workspace import Workspace
-from tests.sandbox.conftest import Site, make_site
+from tests.sandbox.conftest import Site, make_site, require
 
 
 def digest(path: Path) -> str:
@@ -454,3 +456,47 @@ async def test_claude_codes_agent_files_and_skills_stay_unchanged_the_rest_of_cl
     assert not (root / ".c").exists() and not (root / ".claude" / "a").exists()
     assert await run(bash, "echo '{}' > .claude/settings.json") == "exit code 0 (no output)"
     assert (root / ".claude" / "settings.json").read_text() == "{}\n"
+
+
+async def test_two_replicas_on_one_workspace_keep_each_others_placeholders(
+    tmp_path: Path,
+) -> None:
+    """Replicas share the workspaces volume. One replica's call ending must not remove
+    a placeholder the other's running sandbox stands on: a mount point removed on the
+    host is unmounted in the sandbox, which would let its command plant `.baton/`.
+    (Two probed sandboxes are two replicas: each keeps its own count of placeholders.)"""
+    root = tmp_path / "ws"
+    root.mkdir()
+    first = require(await Sandbox.probe(SandboxPolicy.for_workspace(root)))
+    second = require(await Sandbox.probe(SandboxPolicy.for_workspace(root)))
+    bash_a = Bash(Workspace(root), sandbox=first)
+    bash_b = Bash(Workspace(root), sandbox=second)
+
+    async def when(condition: Callable[[], bool]) -> None:
+        for _ in range(1500):  # a file a command makes: nothing to wait on but polling
+            if condition():
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError("not within 30 s")
+
+    waits_for = "while [ ! -e {0} ]; do sleep 0.02; done"
+    a = asyncio.create_task(run(bash_a, "touch a-started; " + waits_for.format("a-go")))
+    await when(lambda: (root / "a-started").exists())
+    assert (root / ".baton").is_dir()  # A's placeholder
+    b = asyncio.create_task(
+        run(
+            bash_b,
+            "touch b-started; " + waits_for.format("b-go") + "; "
+            "mkdir -p .baton/agents && echo evil > .baton/agents/x.md && echo PLANTED",
+        )
+    )
+    await when(lambda: (root / "b-started").exists())
+    (root / "a-go").touch()
+    assert (await a).startswith("exit code 0")
+    assert (root / ".baton").is_dir(), "A removed the placeholder B's sandbox stands on"
+    (root / "b-go").touch()
+    out = await b
+    assert "PLANTED" not in out, out
+    assert not (root / ".baton" / "agents").exists()
+    # The last holder removes it.
+    assert not (root / ".baton").exists()

@@ -81,8 +81,10 @@ def test_the_kernel_s_knobs_are_read_only_over_the_fresh_proc(tmp_path: Path) ->
 def test_existing_protected_paths_are_read_only_and_pinned(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     (root / ".git" / "hooks").mkdir(parents=True)
+    (root / ".git" / "hooks" / "pre-commit.sample").write_text("#!/bin/sh\n")
     (root / ".git" / "config").write_text("[core]\n")
     (root / ".baton").mkdir()
+    (root / ".baton" / "baton.yaml").write_text("model: m\n")
     (root / "baton.db").write_text("")
     _, arguments, placeholders = profile_for(tmp_path, databases=[root / "baton.db"])
     assert pairs(arguments, "--bind") == [str(root), str(root / ".git")]
@@ -109,6 +111,33 @@ def test_existing_protected_paths_are_read_only_and_pinned(tmp_path: Path) -> No
     )
 
 
+def test_an_empty_protected_path_is_held_as_a_placeholder(tmp_path: Path) -> None:
+    """An empty `.baton/` or `.git/config.worktree` may be another call's placeholder
+    (of this process, or of a replica sharing the workspace): this call holds it as
+    its own, so neither removes it while the other's sandbox stands on it."""
+    root = tmp_path / "ws"
+    (root / ".git" / "hooks").mkdir(parents=True)
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / ".baton").mkdir()
+    (root / ".git" / "config.worktree").write_text("")
+    made = build_profile(
+        SandboxPolicy.for_workspace(root, read_only=[root / ".git" / "config.worktree"]),
+        empty_file=tmp_path / "empty",
+        etc=etc_entries(tmp_path / "etc", False),
+    )
+    assert {root / ".baton", root / ".git" / "config.worktree"} <= set(made.placeholders)
+    assert root / ".git" / "config.worktree" in made.file_placeholders
+    assert root / ".baton" not in made.file_placeholders
+    # git's in-progress state never: an empty one is the operator's rebase.
+    (root / ".git" / "rebase-merge").mkdir()
+    again = build_profile(
+        SandboxPolicy.for_workspace(root),
+        empty_file=tmp_path / "empty",
+        etc=etc_entries(tmp_path / "etc", False),
+    )
+    assert root / ".git" / "rebase-merge" not in again.placeholders
+
+
 def test_missing_protected_paths_get_placeholders_at_their_first_missing_part(
     tmp_path: Path,
 ) -> None:
@@ -122,6 +151,7 @@ def test_git_s_other_control_paths_are_protected(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     git = root / ".git"
     (git / "hooks").mkdir(parents=True)
+    (git / "hooks" / "pre-commit.sample").write_text("#!/bin/sh\n")
     (git / "config").write_text("[core]\n")
     (git / "modules" / "lib").mkdir(parents=True)
     # The file tools' protected names, passed on as the bash tool does.
@@ -142,7 +172,7 @@ def test_git_s_other_control_paths_are_protected(tmp_path: Path) -> None:
     assert git / "commondir" not in placeholders
     # An existing one (the operator's) is read-only like the rest.
     (git / "commondir").write_text(".\n")
-    (git / "config.worktree").write_text("")
+    (git / "config.worktree").write_text("[core]\n")
     _, arguments, placeholders = profile_for(tmp_path, read_only=extra)
     assert {str(git / "commondir"), str(git / "config.worktree")} <= set(
         pairs(arguments, "--ro-bind")
