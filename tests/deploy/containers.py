@@ -11,19 +11,17 @@ CONTAINERS_CONF, which .ci/containers.sh writes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
 import pytest
 import yaml
 
 from tests.ports import free_port
-from tests.replicas.harness import START_WITHIN_S, Cluster, Replica, collect_lines
+from tests.replicas.harness import Cluster, Replica, collect_lines
 from tests.slack.harness import SIGNING_SECRET
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -128,18 +126,6 @@ class ContainerCluster(Cluster):
                 replica.readers.append(asyncio.create_task(collect_lines(stream, replica.output)))
         self.replicas.append(replica)
         return replica
-
-    async def wait_ready(self, replica: Replica, within: float = START_WITHIN_S) -> None:
-        """Until the replica's /readyz answers 200 (what the manifests' probe asks)."""
-        deadline = time.monotonic() + within
-        while True:
-            with contextlib.suppress(aiohttp.ClientConnectionError):
-                async with self.http.get(f"{replica.url}/readyz") as response:
-                    if response.status == 200:
-                        return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{replica.name} not ready in {within:.0f} s:\n{self.logs()}")
-            await asyncio.sleep(0.2)
 
     def kill(self, replica: Replica) -> float:
         raise NotImplementedError("these tests stop containers with terminate()")

@@ -198,7 +198,7 @@ async def test_the_kubernetes_manifests_play_become_ready_and_answer_a_mention(
         try:
             await podman("kube", "play", "--seccomp-profile-root", str(DEPLOY), str(played))
             pod = await c.follow("pod", env, "baton-pod-0-baton")
-            await c.wait_ready(pod)
+            await c.wait_healthy(pod, path="/readyz")
             # Podman 4.3 reads no procMount, so /proc stays masked and the sandbox
             # cannot be made here: the pod says so in one line, and commands will ask.
             notices = [line for line in pod.log().splitlines() if "no OS sandbox" in line]

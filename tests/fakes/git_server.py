@@ -33,7 +33,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from tests.fakes.serving import FakeServer, listen_on_loopback
+from tests.fakes.serving import AppServer
 
 __all__ = ["FakeGitServer", "GitRequest"]
 
@@ -58,7 +58,7 @@ class GitRequest:
     status: int
 
 
-class FakeGitServer(FakeServer):
+class FakeGitServer(AppServer):
     """Bare repositories under `<base>/git-server/repos`, served over smart HTTP.
 
     Args:
@@ -75,44 +75,25 @@ class FakeGitServer(FakeServer):
         # Also valid: tokens this says are (a fake GitHub's installation tokens).
         self.accepts: Callable[[str], bool] | None = None
         self._protected: dict[str, set[str]] = {}
-        self._runner: web.AppRunner | None = None
-        self._url: str | None = None
+        super().__init__()
         self.requests: list[GitRequest] = []
         self.backend_errors: list[str] = []
 
     # ----------------------------------------------------------------- lifecycle
 
-    async def start(self) -> None:
-        """Listen on 127.0.0.1 on a port the kernel picks."""
-        if self._runner is not None:
-            raise RuntimeError("FakeGitServer already started")
+    def runner(self) -> web.AppRunner:
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         # git sends gzip bodies with Content-Encoding: http-backend inflates them itself.
         # A handler runs to its end when git hangs up first, so http-backend is always
         # waited for (a process asyncio never reaped would be reaped by someone else).
-        runner = web.AppRunner(
+        return web.AppRunner(
             app,
             access_log=None,
             handler_cancellation=False,
             shutdown_timeout=1.0,
             auto_decompress=False,
         )
-        self._url = await listen_on_loopback(runner)
-        self._runner = runner
-
-    async def stop(self) -> None:
-        """Stop serving (idempotent)."""
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
-
-    @property
-    def url(self) -> str:
-        """`http://127.0.0.1:PORT`, without a trailing slash."""
-        if self._url is None:
-            raise RuntimeError("FakeGitServer not started")
-        return self._url
 
     # ----------------------------------------------------------------- credentials
 

@@ -41,7 +41,7 @@ from urllib.parse import urlencode
 import jwt
 from aiohttp import web
 
-from tests.fakes.serving import FakeServer, listen_on_loopback
+from tests.fakes.serving import AppServer
 
 __all__ = [
     "ZERO_SHA",
@@ -183,7 +183,7 @@ class _Refusal(Exception):
 # --------------------------------------------------------------------------- server
 
 
-class FakeGitHub(FakeServer):
+class FakeGitHub(AppServer):
     """An in-memory GitHub REST API on 127.0.0.1 (see the module's docstring)."""
 
     def __init__(self, *, path_prefix: str = "") -> None:
@@ -202,15 +202,16 @@ class FakeGitHub(FakeServer):
         self._public_key: str | bytes | None = None
         self._failures: list[_Failure] = []
         self._ids = itertools.count(1001)
-        self._runner: web.AppRunner | None = None
-        self._url: str | None = None
+        super().__init__()
 
     # ------------------------------------------------------------------- lifecycle
 
-    async def start(self) -> None:
-        """Start listening on 127.0.0.1 with an ephemeral port."""
-        if self._runner is not None:
-            raise RuntimeError("FakeGitHub already started")
+    @property
+    def url_suffix(self) -> str:  # type: ignore[override]
+        # The API's base URL has the prefix, for `GitHubForge(api_url=…)`.
+        return self.path_prefix
+
+    def runner(self) -> web.AppRunner:
         app = web.Application(middlewares=[self._middleware])
         prefix = self.path_prefix
         routes: list[tuple[str, str, Handler]] = [
@@ -228,24 +229,7 @@ class FakeGitHub(FakeServer):
         ]
         for method, path, handler in routes:
             app.router.add_route(method, prefix + path, handler)
-        runner = web.AppRunner(
-            app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
-        )
-        self._url = await listen_on_loopback(runner) + prefix
-        self._runner = runner
-
-    async def stop(self) -> None:
-        """Stop the server: from now on its port refuses connections."""
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
-
-    @property
-    def url(self) -> str:
-        """The API's base URL (with the prefix), for `GitHubForge(api_url=…)`."""
-        if self._url is None:
-            raise RuntimeError("FakeGitHub not started")
-        return self._url
+        return web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
 
     # ------------------------------------------------------------------- state
 

@@ -27,7 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from tests.fakes.serving import FakeServer, listen_on_loopback
+from tests.fakes.serving import AppServer
 
 __all__ = ["FakeCollector", "ReceivedSpan"]
 
@@ -70,7 +70,7 @@ def _attributes(pairs: Any) -> dict[str, Any]:
     return found
 
 
-class FakeCollector(FakeServer):
+class FakeCollector(AppServer):
     """An in-process OTLP/HTTP traces receiver.
 
     Attributes:
@@ -83,29 +83,13 @@ class FakeCollector(FakeServer):
         self.bodies: list[bytes] = []
         self.spans: list[ReceivedSpan] = []
         self.refused: list[str] = []
-        self._runner: web.AppRunner | None = None
-        self._url: str | None = None
+        super().__init__()
 
-    async def start(self) -> None:
-        if self._runner is not None:
-            raise RuntimeError("FakeCollector already started")
+    def runner(self) -> web.AppRunner:
+        # Its base URL is what OTEL_EXPORTER_OTLP_ENDPOINT names: a collector.
         app = web.Application()
         app.router.add_post("/v1/traces", self._handle_traces)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        self._url = await listen_on_loopback(runner)
-        self._runner = runner
-
-    async def stop(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
-
-    @property
-    def url(self) -> str:
-        """The base URL, as OTEL_EXPORTER_OTLP_ENDPOINT names a collector."""
-        if self._url is None:
-            raise RuntimeError("FakeCollector not started")
-        return self._url
+        return web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
 
     @property
     def traces_url(self) -> str:

@@ -45,3 +45,42 @@ class FakeServer(ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
+
+
+class AppServer(FakeServer):
+    """A fake served by one aiohttp application on loopback, from `start` to `stop`.
+
+    Subclasses call `super().__init__()` and say how their runner is made (`runner`)
+    and what their base URL adds to `http://127.0.0.1:PORT` (`url_suffix`).
+    """
+
+    url_suffix = ""
+
+    def __init__(self) -> None:
+        self._runner: web.AppRunner | None = None
+        self._url: str | None = None
+
+    @abstractmethod
+    def runner(self) -> web.AppRunner:
+        """The application's runner, its routes made."""
+
+    async def start(self) -> None:
+        """Listen on 127.0.0.1 on a port the kernel picks."""
+        if self._runner is not None:
+            raise RuntimeError(f"{type(self).__name__} already started")
+        runner = self.runner()
+        self._url = await listen_on_loopback(runner) + self.url_suffix
+        self._runner = runner
+
+    async def stop(self) -> None:
+        """Stop serving (idempotent): from now on its port refuses connections."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    @property
+    def url(self) -> str:
+        """The base URL (`http://127.0.0.1:PORT` and the suffix, no trailing slash)."""
+        if self._url is None:
+            raise RuntimeError(f"{type(self).__name__} not started")
+        return self._url

@@ -120,11 +120,14 @@ class Cluster:
         await asyncio.gather(*(self.wait_healthy(r) for r in started))
         return started
 
-    async def wait_healthy(self, replica: Replica, within: float = START_WITHIN_S) -> None:
+    async def wait_healthy(
+        self, replica: Replica, within: float = START_WITHIN_S, *, path: str = "/healthz"
+    ) -> None:
+        """Until `path` answers 200 (`/readyz`: ready, as Kubernetes' probe asks)."""
         deadline = time.monotonic() + within
         while True:
             with contextlib.suppress(aiohttp.ClientConnectionError):
-                async with self.http.get(f"{replica.url}/healthz") as response:
+                async with self.http.get(f"{replica.url}{path}") as response:
                     if response.status == 200:
                         return
             if not replica.running:
