@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 28's proof: the image built with Podman, run as deploy/compose.yaml confines it
-# and as the Kubernetes manifests say (podman kube play), and the manifests validated.
+# Issue 28's proof: the image built with Podman, run as deploy/compose.yaml confines it,
+# deploy/compose.yaml brought up with podman-compose, the Kubernetes manifests run by
+# podman kube play, and the manifests validated.
 #
 # No image registry is reachable from CI, so the base image is made from Debian's
 # packages (mmdebstrap, then podman import) and passed as BASE_IMAGE. What only these
@@ -14,14 +15,15 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 missing=()
-for tool in podman mmdebstrap runc newuidmap; do
+for tool in podman podman-compose mmdebstrap runc newuidmap iptables; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "ci: installing podman, mmdebstrap, runc and uidmap (missing: ${missing[*]})" >&2
   timeout 300 apt-get update -qq >"$work/apt.log" 2>&1
   DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq --no-install-recommends \
-    podman mmdebstrap runc uidmap slirp4netns fuse-overlayfs >>"$work/apt.log" 2>&1 \
+    podman podman-compose mmdebstrap runc uidmap containernetworking-plugins iptables \
+    >>"$work/apt.log" 2>&1 \
     || { cat "$work/apt.log" >&2; exit 1; }
 fi
 
@@ -51,6 +53,14 @@ echo "ci: building the image (BASE_IMAGE=$base)" >&2
 podman build --quiet --network host --format docker --build-arg "BASE_IMAGE=$base" \
   -t "$image" -f Containerfile . >/dev/null
 
+echo "ci: building stand-ins for the postgres and caddy images compose.yaml names" >&2
+for stand_in in postgres caddy; do
+  podman build --quiet --network host --build-arg "BASE_IMAGE=$base" \
+    -t "localhost/baton-ci-$stand_in" -f ".ci/images/$stand_in.Containerfile" .ci/images >/dev/null
+done
+export BATON_TEST_POSTGRES_IMAGE=localhost/baton-ci-postgres
+export BATON_TEST_CADDY_IMAGE=localhost/baton-ci-caddy
+
 echo "ci: validating the Kubernetes manifests against their schemas" >&2
 python3 -m venv "$work/validate"
 "$work/validate/bin/python" -m pip install --quiet --disable-pip-version-check kubernetes-validate
@@ -60,5 +70,5 @@ for manifest in deploy/kubernetes/*.yaml; do
 done
 "$work/validate/bin/kubernetes-validate" --strict --quiet -k 1.33.0 "${manifests[@]}"
 
-echo "ci: running the image's containers and the manifests (tests/deploy)" >&2
+echo "ci: running the image's containers, compose.yaml and the manifests (tests/deploy)" >&2
 BATON_TEST_IMAGE="$image" .venv/bin/python -m pytest -q -n 0 tests/deploy

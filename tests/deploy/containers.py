@@ -142,3 +142,33 @@ class ContainerCluster(Cluster):
         if self.containers:
             await podman("rm", "--force", "--time", "0", *self.containers, check=False)
         await super().close()
+
+
+async def relay(port: int) -> asyncio.Server:
+    """A TCP relay on every interface to 127.0.0.1:`port`: how containers on a bridge
+    network (compose's) reach a fake that listens on loopback, as
+    `host.containers.internal:<the relay's port>`."""
+
+    async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        try:
+            while data := await source.read(65536):
+                sink.write(data)
+                await sink.drain()
+            if sink.can_write_eof():
+                sink.write_eof()
+        except OSError:
+            sink.close()
+
+    async def connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            writer.close()
+            return
+        try:
+            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+        finally:
+            upstream_writer.close()
+            writer.close()
+
+    return await asyncio.start_server(connect, "0.0.0.0", 0)
