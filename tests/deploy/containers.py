@@ -54,16 +54,21 @@ def compose_confinement(*, unmasked: bool = True) -> list[str]:
     return options
 
 
-async def podman(*args: str, check: bool = True) -> str:
-    """Run a podman command; its output (stdout and stderr together)."""
+async def tool_output(program: str, *args: str, cwd: Path | None = None, check: bool = True) -> str:
+    """Run `program` (podman, podman-compose); its output, stdout and stderr together.
+    With `check`, a failure fails the test with that output."""
     process = await asyncio.create_subprocess_exec(
-        "podman", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        program, *args, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
     )
     output, _ = await process.communicate()
     text = output.decode(errors="replace")
     if check and process.returncode != 0:
-        raise AssertionError(f"podman {' '.join(args)} failed ({process.returncode}):\n{text}")
+        raise AssertionError(f"{program} {' '.join(args)} failed ({process.returncode}):\n{text}")
     return text
+
+
+async def podman(*args: str, check: bool = True) -> str:
+    return await tool_output("podman", *args, check=check)
 
 
 def owned_directory(path: Path, mode: int = 0o755) -> Path:

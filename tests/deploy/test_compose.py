@@ -9,7 +9,6 @@ changes. The fakes listen on loopback; the containers reach them through relays.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import shutil
@@ -26,6 +25,7 @@ from tests.deploy.containers import (
     ContainerCluster,
     needs_image,
     relay,
+    tool_output,
 )
 from tests.fakes.openai_api import Reply
 from tests.replicas.harness import cluster
@@ -64,12 +64,9 @@ def project_from_deploy(into: Path, env: dict[str, str]) -> Path:
 
 
 async def compose(project: str, file: Path, *args: str) -> str:
-    process = await asyncio.create_subprocess_exec(
-        "podman-compose", "-p", project, "-f", str(file), *args, cwd=file.parent,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    output, _ = await process.communicate()
-    return output.decode(errors="replace")
+    return await tool_output(
+        "podman-compose", "-p", project, "-f", str(file), *args, cwd=file.parent, check=False
+    )
 
 
 async def test_compose_up_serves_slack_through_caddy_from_two_replicas(tmp_path: Path) -> None:

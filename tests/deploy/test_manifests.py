@@ -118,10 +118,11 @@ def test_secrets_come_only_by_reference() -> None:
 
 
 def test_the_shipped_configs_are_ones_baton_accepts(tmp_path: Path) -> None:
-    shipped = yaml.safe_load(kube("ConfigMap")["data"]["baton.yaml"])
-    (tmp_path / "k8s.yaml").write_text(yaml.safe_dump(shipped))
-    load_file_config(tmp_path / "k8s.yaml")
-    load_file_config(DEPLOY / "baton.example.yaml")
+    (tmp_path / "k8s.yaml").write_text(kube("ConfigMap")["data"]["baton.yaml"])
+    for path in (tmp_path / "k8s.yaml", DEPLOY / "baton.example.yaml"):
+        config = load_file_config(path)  # raises ConfigError on anything Baton refuses
+        assert config.model == "gpt-4.1-mini"
+        assert "bash" in config.permissions.ask, path
 
 
 def test_compose_runs_two_replicas_on_one_workspaces_volume_each_with_its_own_state() -> None:
