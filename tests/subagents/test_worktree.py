@@ -32,17 +32,8 @@ from bot.subagents.worktree import (
 SETUP_IDENTITY = ("-c", "user.name=Setup", "-c", "user.email=setup@example.com")
 
 
-@pytest.fixture(autouse=True)
-def _isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No user-level git config from the machine running the tests."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-    for key in list(os.environ):
-        if key.startswith("GIT_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+# No user-level git config from the machine running the tests (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_git")
 
 
 def git(cwd: Path, *args: str, check: bool = True) -> str:
