@@ -17,7 +17,9 @@ import pytest
 from bot.app import Baton, build_baton
 from bot.config import ModelCallsConfig, PermissionsConfig, SandboxConfig, Settings
 from bot.engine.llm import LLMClient
+from bot.store import Database
 from bot.tools.workspace import Workspace
+from tests.databases import fresh_database
 from tests.fakes.openai_api import FakeOpenAI
 
 TEST_RETRY_DEADLINE_S = 2.0
@@ -119,6 +121,20 @@ def _guarded_connect(self: socket.socket, address: Any) -> None:
 def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
     _check_address(address)
     return _real_connect_ex(self, address)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    """A fresh database with Baton's schema, once on SQLite and once on PostgreSQL (that
+    one skips without BATON_TEST_POSTGRES_URL). Modules with a database of their own
+    define their own `database`."""
+    async with fresh_database(request.param, tmp_path) as url:
+        db = Database(url)
+        await db.create_schema()
+        try:
+            yield db
+        finally:
+            await db.close()
 
 
 @pytest.fixture

@@ -14,22 +14,10 @@ from bot.forge.remote import parse_remote
 from bot.forge.threads import ThreadRepository, ThreadWorkError
 from bot.store import Database, SessionKey
 from bot.store.branches import BranchStore
-from tests.databases import fresh_database
 from tests.fakes.git_server import FakeGitServer
 
 TOKEN = "ghs_threadsTestToken"
 KEY = SessionKey.slack_thread(team_id="T1", channel_id="C1", thread_ts="1700000000.000100")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    async with fresh_database(request.param, tmp_path) as url:
-        db = Database(url)
-        await db.create_schema()
-        try:
-            yield db
-        finally:
-            await db.close()
 
 
 @pytest.fixture

@@ -7,28 +7,14 @@ a run of the channel it came from.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from bot.store import Database, SessionKey, SessionStore
 from bot.store.feedback import FeedbackCounts, FeedbackStore
 from bot.store.runs import RunStore
-from tests.databases import fresh_database
 
 ALICE, BOB, CAROL = "UALICE", "UBOB", "UCAROL"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    async with fresh_database(request.param, tmp_path) as url:
-        db = Database(url)
-        await db.create_schema()
-        try:
-            yield db
-        finally:
-            await db.close()
 
 
 @pytest.fixture

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, extract, func, literal, update
@@ -22,20 +20,6 @@ from bot.store import instances as instances_module
 from bot.store.instances import HEARTBEAT_EVERY_S, STALE_AFTER_S, Instances
 from bot.store.models import InstanceRow
 from bot.store.tasks import TaskStore
-from tests.databases import fresh_database
-
-KINDS = ["sqlite", "postgresql"]
-
-
-@pytest.fixture(params=KINDS)
-async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    async with fresh_database(request.param, tmp_path) as url:
-        db = Database(url)
-        await db.create_schema()
-        try:
-            yield db
-        finally:
-            await db.close()
 
 
 async def registered(database: Database, **kwargs: str) -> Instances:

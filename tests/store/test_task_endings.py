@@ -8,27 +8,11 @@ task to win (in the batch too), and the lines to keep their order.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
-
-import pytest
 
 from bot.store import Database, SessionKey, SessionStore
 from bot.store.tasks import Ending, NewTask, TaskStore
 from bot.store.usage import UsageStore
-from tests.databases import fresh_database
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    async with fresh_database(request.param, tmp_path) as url:
-        db = Database(url)
-        await db.create_schema()
-        try:
-            yield db
-        finally:
-            await db.close()
 
 
 async def _tasks(database: Database, count: int) -> tuple[TaskStore, list[str]]:
