@@ -34,8 +34,16 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.errors import ConfigError
 from bot.forge.remote import RemoteError, parse_remote
+from bot.ids import USER_OR_GROUP_PATTERN, ChannelId, UserOrGroupId
 from bot.permissions.rules import Rule
 from bot.redaction import url_password
+from bot.triggers.definitions import (
+    ScheduleConfig,
+    TriggersConfig,
+    WatchConfig,
+    WebhookConfig,
+    check_unique,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -59,12 +67,8 @@ DEFAULT_SHUTDOWN_GRACE_S = 25.0
 # install from before the state directory existed.
 DatabaseOrigin = Literal["explicit", "state_dir", "legacy"]
 
-_USER_OR_GROUP = re.compile(r"^[UWS][A-Z0-9]{1,31}$")
+_USER_OR_GROUP = re.compile(USER_OR_GROUP_PATTERN)
 
-
-# Slack ids: users U…/W…, user groups S…, channels C…/G…/D….
-UserOrGroupId = Annotated[str, StringConstraints(pattern=r"^[UWS][A-Z0-9]{1,31}$")]
-ChannelId = Annotated[str, StringConstraints(pattern=r"^[CGD][A-Z0-9]{1,31}$")]
 # A name as an agent file writes it (a model, a tool), and a model's name at the provider.
 AliasName = Annotated[str, StringConstraints(pattern=r"^\S{1,200}$")]
 ModelName = Annotated[str, StringConstraints(pattern=r"^\S{1,200}$")]
@@ -139,6 +143,9 @@ class AccessConfig(BaseModel):
     # Who may open pull requests from a thread's change (user or group ids); empty:
     # whoever may cancel the run (who asked, and the approvers).
     pull_requests: tuple[UserOrGroupId, ...] = ()
+    # Who may make, pause, resume and delete schedules from Slack (user or group ids);
+    # empty: the approvers.
+    schedulers: tuple[UserOrGroupId, ...] = ()
 
 
 class LimitsConfig(BaseModel):
@@ -402,6 +409,30 @@ class FileConfig(BaseModel):
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     model_calls: ModelCallsConfig = ModelCallsConfig()
     mcp_servers: dict[McpServerName, McpServerConfig] = Field(default_factory=dict)
+    # Work that starts itself (bot/triggers): cron schedules, POST /hooks/<name>, and
+    # channels whose every new top-level message starts a run.
+    schedules: tuple[ScheduleConfig, ...] = ()
+    webhooks: tuple[WebhookConfig, ...] = ()
+    watch: tuple[WatchConfig, ...] = ()
+
+    @property
+    def triggers(self) -> TriggersConfig:
+        return TriggersConfig(schedules=self.schedules, webhooks=self.webhooks, watch=self.watch)
+
+    @model_validator(mode="after")
+    def _triggers(self) -> FileConfig:
+        check_unique(self.schedules, self.webhooks, self.watch)
+        # A webhook's secret is Baton's own: no MCP server may be handed it.
+        hook_secrets = {hook.secret_env for hook in self.webhooks}
+        for name, server in self.mcp_servers.items():
+            for value in (*server.env.values(), *server.headers.values()):
+                for used in ENV_REFERENCE.findall(value):
+                    if used in hook_secrets:
+                        raise ValueError(
+                            f"mcp_servers.{name} uses ${{{used}}}, a webhook's secret: an MCP "
+                            "server never gets it"
+                        )
+        return self
 
     @field_validator("approvers")
     @classmethod
@@ -514,6 +545,10 @@ class Settings(BaseModel):
     # directory).
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     tracing: TracingConfig = TracingConfig()
+    # Schedules, webhooks and watched channels as baton.yaml said at start (a reload
+    # reads them again: bot/triggers/book.py), and each webhook's secret by its name.
+    triggers: TriggersConfig = TriggersConfig()
+    webhook_secrets: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("slack_api_url")
     @classmethod
@@ -538,6 +573,7 @@ class Settings(BaseModel):
             self.github_token,
             self.github_webhook_secret,
             *self.tracing.header_values,
+            *self.webhook_secrets.values(),
         )
         return tuple(value for value in candidates if value)
 
@@ -626,6 +662,8 @@ def load_settings(cwd: Path | None = None) -> Settings:
             name: _anchored(server, config_path.parent if config_path else base)
             for name, server in file_config.mcp_servers.items()
         },
+        triggers=file_config.triggers,
+        webhook_secrets=webhook_secrets(file_config.triggers, config_path),
         tracing=TracingConfig(
             endpoint=_traces_endpoint(env),
             capture_content=env.otel_capture_content,
@@ -634,6 +672,26 @@ def load_settings(cwd: Path | None = None) -> Settings:
             ),
         ),
     )
+
+
+def webhook_secrets(triggers: TriggersConfig, config_path: Path | None) -> dict[str, str]:
+    """Each webhook's secret, read from the variable its `secret_env` names; a webhook
+    whose variable is unset or empty is refused (it could never be verified)."""
+    secrets: dict[str, str] = {}
+    for hook in triggers.webhooks:
+        value = os.environ.get(hook.secret_env, "")
+        if not value:
+            raise ConfigError(
+                f"{config_path}: webhooks.{hook.name}: secret_env {hook.secret_env} is not set "
+                "in the environment; set it to the secret the sender signs with"
+            )
+        if hook.secret_env in SECRET_VARIABLES:
+            raise ConfigError(
+                f"{config_path}: webhooks.{hook.name}: secret_env {hook.secret_env} is one of "
+                "Baton's own secrets; give the webhook a secret of its own"
+            )
+        secrets[hook.name] = value
+    return secrets
 
 
 def _traces_endpoint(env: EnvironmentSettings) -> str | None:

@@ -240,6 +240,7 @@ HANDED_OVER = "↪ Not started here: Baton is restarting; it starts on the next 
 WORKING = "Working…"
 
 _CAUSES = {
+    StopCause.ACCESS: "✗ Not started: whom it runs for may not start runs",
     StopCause.BUDGET_SPENT: "✗ Not started: the daily token budget is spent",
     StopCause.BUDGET_SPENT_WAITING: (
         "✗ Not started: the daily token budget was spent while it waited"

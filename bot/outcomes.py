@@ -58,6 +58,7 @@ _BY_STOP = {
 class StopCause(StrEnum):
     """What, beside the outcome itself, made a run end as it did."""
 
+    ACCESS = "access"  # refused: whom it runs for may not start runs (a trigger's owner)
     BUDGET_SPENT = "budget_spent"  # refused: the daily token budget is spent
     BUDGET_SPENT_WAITING = "budget_spent_waiting"  # ... and it was spent while queued
     RESTART = "restart"  # interrupted: shutdown stopped it, or others took it for dead

@@ -19,6 +19,7 @@ from enum import StrEnum
 from bot import metrics
 from bot.access.admission import Admission, QueuePosition, RunNotQueued
 from bot.access.budgets import DailyBudgets, RunBudget
+from bot.access.refusal import Refusal
 from bot.engine import ChatMessage, Compacted, Done, ErrorEvent
 from bot.outcomes import ChildUsage, RunEnd, RunOutcome, StopCause
 from bot.redaction import Redactor
@@ -35,6 +36,15 @@ logger = logging.getLogger(__name__)
 
 _DIRECT_AGENT = re.compile(r"@([A-Za-z0-9][\w.-]*)(?:\s+(.*))?", re.DOTALL)
 _AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+
+
+def trigger_refusal(trigger: str, refusal: Refusal) -> str:
+    """What a thread a trigger started is told when its owner may not run it now."""
+    kind, _, name = trigger.partition(":")
+    return (
+        f"⊘ Not run: the {kind} *{name}* runs for its owner, who may not start runs now. "
+        f"{refusal.text}"
+    )
 
 
 def parse_direct_agent(text: str) -> tuple[str, str] | None:
@@ -84,6 +94,7 @@ class ActiveRun:
     team_id: str | None = None  # the team of the person who asked (their streams go to them)
     author_id: str | None = None  # who wrote the question, when not `user_id` (a Retry)
     direct: bool = False  # an `@agent` run: it reads no steering; messages wait for its end
+    trigger: str | None = None  # what started it when no person did (`schedule:<name>`, …)
     session_id: int | None = None  # set once the session is found, before the run starts
     state: RunState = RunState.QUEUED
     stopped_by: str | None = None  # who cancelled it
@@ -142,8 +153,9 @@ class RunParts:
     tracing: Tracing = DISABLED
 
 
-async def execute(run: ActiveRun, parts: RunParts, *, ts: str, text: str, files: list) -> None:
-    """Do the work of `run`, which answers `text` (message `ts`, with `files`)."""
+async def execute(run: ActiveRun, parts: RunParts, *, ts: str, text: str, files: list) -> RunEnd:
+    """Do the work of `run`, which answers `text` (message `ts`, with `files`); how it
+    ended."""
     with parts.tracing.run(
         run_id=run.run_id,
         conversation=run.key.key,
@@ -151,22 +163,21 @@ async def execute(run: ActiveRun, parts: RunParts, *, ts: str, text: str, files:
         thread_ts=run.where.thread_ts,
         user_id=run.user_id,
     ) as span:
-        await _execute(run, parts, span, ts=ts, text=text, files=files)
+        return await _execute(run, parts, span, ts=ts, text=text, files=files)
 
 
 async def _execute(
     run: ActiveRun, parts: RunParts, span: Span, *, ts: str, text: str, files: list
-) -> None:
+) -> RunEnd:
     surface = parts.surface
     clean = surface.clean(text)
     direct = parse_direct_agent(clean)
     agents = parts.agents_for(run.where.channel_id)
     if direct is not None and agents.get(direct[0]) is None:
         available = ", ".join(f"`{n}`" for n in agents.names())
-        await surface.say(
-            run.where, f"I have no agent named `{direct[0]}`. Available agents: {available}."
-        )
-        return
+        said = f"I have no agent named `{direct[0]}`. Available agents: {available}."
+        await surface.say(run.where, said)
+        return RunEnd(outcome=RunOutcome.FAILED, cause=StopCause.UNKNOWN_AGENT, error=said)
     ticket = run.ticket()
     view = surface.view(ticket)
 
@@ -196,8 +207,14 @@ async def _execute(
         if refusal is not None:
             cause = StopCause.BUDGET_SPENT_WAITING if queued else StopCause.BUDGET_SPENT
             end = RunEnd(outcome=RunOutcome.REFUSED, cause=cause)
-            await surface.refuse(run.where, user_id=run.user_id, refusal=refusal, is_dm=run.is_dm)
-            return
+            if run.trigger is not None:
+                # Nobody asked in the thread: its owner's refusal is the thread's to read.
+                await surface.say(run.where, trigger_refusal(run.trigger, refusal))
+            else:
+                await surface.refuse(
+                    run.where, user_id=run.user_id, refusal=refusal, is_dm=run.is_dm
+                )
+            return end
         view.working()
         if parts.tools_ready is not None:
             await parts.tools_ready()  # right after start-up: MCP servers still starting
@@ -224,6 +241,7 @@ async def _execute(
         await asyncio.shield(asyncio.wait([showing]))  # the end is shown in the view
         await asyncio.shield(view.finish(end))
         metrics.record_run(end.outcome.value)
+    return end
 
 
 def _trace_end(span: Span, end: RunEnd) -> None:

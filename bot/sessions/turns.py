@@ -28,10 +28,19 @@ from bot.access.budgets import DailyBudgets
 from bot.access.refusal import Refusal
 from bot.config import LimitsConfig
 from bot.engine import ChatMessage
+from bot.outcomes import RunEnd, RunOutcome, StopCause
 from bot.redaction import Redactor
 from bot.sessions.conversations import Conversations
 from bot.sessions.results import FinishedResults
-from bot.sessions.run import ActiveRun, RunParts, RunState, Steering, execute, parse_direct_agent
+from bot.sessions.run import (
+    ActiveRun,
+    RunParts,
+    RunState,
+    Steering,
+    execute,
+    parse_direct_agent,
+    trigger_refusal,
+)
 from bot.sessions.surface import Surface, Where
 from bot.sessions.workbench import Workbench
 from bot.store import Database, SessionKey, SessionStore
@@ -88,6 +97,20 @@ class AccessGate(Protocol):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TriggerEnd:
+    """How a run a trigger started ended (or why it never started: `run_id` is None)."""
+
+    trigger: str  # `schedule:<name>`, `webhook:<name>`, `watch:<channel>`
+    run_id: str | None
+    where: Where
+    end: RunEnd
+
+
+# Told when a run a trigger started ends (a schedule counts its failures).
+TriggerEnded = Callable[[TriggerEnd], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TurnParts:
     """What the turn machine works with, built once by the composition root."""
 
@@ -110,6 +133,8 @@ class TurnParts:
     tools_ready: Callable[[], Awaitable[None]] | None = None
     # Each run is a span, when traces are on.
     tracing: Tracing = DISABLED
+    # Told how the runs triggers started ended.
+    trigger_ended: TriggerEnded | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,8 +329,13 @@ class TurnMachine:
         if refusal is not None:
             await self.inbox.move([message.id], REFUSED, only_from=[NEW])
             await self._wake(key)  # what came after it in the thread waited for this check
-            if message.addressed:
-                where = Where(message.channel_id, message.thread_ts)
+            where = Where(message.channel_id, message.thread_ts)
+            if message.trigger is not None:
+                # Nobody asked in the thread: its owner's refusal is the thread's to read.
+                await self.surface.say(where, trigger_refusal(message.trigger, refusal))
+                end = RunEnd(outcome=RunOutcome.REFUSED, cause=StopCause.ACCESS)
+                await self._trigger_ended(message.trigger, None, where, end)
+            elif message.addressed:
                 await self.surface.refuse(
                     where, user_id=message.user_id, refusal=refusal, is_dm=message.is_dm
                 )
@@ -413,6 +443,7 @@ class TurnMachine:
             direct=parse_direct_agent(self.surface.clean(question.text)) is not None,
             team_id=question.user_team,
             author_id=question.author_id,
+            trigger=question.trigger,
         )
         if run.direct:
             await self.inbox.mark_direct(key.key, run_id)
@@ -420,6 +451,7 @@ class TurnMachine:
         self.threads[key.key] = run
         run.task = asyncio.current_task()  # type: ignore[assignment]
         self._watch_runs()
+        end = RunEnd(outcome=RunOutcome.FAILED)
         try:
             session = await self.parts.sessions.get_or_create(key)
             run.session_id = session.id
@@ -431,20 +463,38 @@ class TurnMachine:
                 thread_ts=run.where.thread_ts,
                 user_id=run.user_id,
                 state="queued",
+                trigger=run.trigger,
             )
             await self._deliver(run)  # what came in while the lease was taken
-            await execute(
+            end = await execute(
                 run,
                 self._run_parts(),
                 ts=question.ts,
                 text=question.text,
                 files=list(question.files),
             )
+        except asyncio.CancelledError:
+            cancelled = run.state is RunState.CANCELLED
+            end = RunEnd(outcome=RunOutcome.CANCELLED if cancelled else RunOutcome.INTERRUPTED)
+            raise
         finally:
             self.runs.pop(run.run_id, None)
             if self.threads.get(key.key) is run:
                 self.threads.pop(key.key, None)
             await asyncio.shield(self._end_turn(run))
+            if run.trigger is not None:
+                await asyncio.shield(self._trigger_ended(run.trigger, run.run_id, run.where, end))
+
+    async def _trigger_ended(
+        self, trigger: str, run_id: str | None, where: Where, end: RunEnd
+    ) -> None:
+        """Tell the triggers how a run one of them started ended; never raises."""
+        if self.parts.trigger_ended is None:
+            return
+        try:
+            await self.parts.trigger_ended(TriggerEnd(trigger, run_id, where, end))
+        except Exception:
+            logger.exception("could not record how the run of %s ended", trigger)
 
     def _run_parts(self) -> RunParts:
         parts = self.parts

@@ -88,6 +88,9 @@ class ListenerParts:
     # The pull requests of a channel's threads, or of the threads a person asked in.
     pulls_line: Callable[..., Awaitable[str | None]]
     redact: Redactor
+    # A message event of a watched channel, stored as the question of its run (None
+    # when it starts none): schedules' and webhooks' runs start elsewhere.
+    watched: Callable[..., Awaitable[ThreadMessage | None]] | None = None
 
 
 class Listeners:
@@ -146,9 +149,14 @@ class Listeners:
     async def intake(
         self, event: dict[str, Any], *, team_id: str | None, enterprise_id: str | None = None
     ) -> ThreadMessage | None:
-        """A message event, stored by the turn machine if it is for Baton."""
+        """A message event, stored by the turn machine if it is for Baton (a person's,
+        or a new message of a watched channel)."""
         if not self.turns.accepting:
             return None
+        if self.parts.watched is not None:
+            watched = await self.parts.watched(event, team_id=team_id)
+            if watched is not None:
+                return watched
         read = await self.threads.inbound(event, team_id=team_id, enterprise_id=enterprise_id)
         if read is None:
             return None

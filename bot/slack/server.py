@@ -32,6 +32,7 @@ from bot.slack.surface import SlackSurface
 logger = logging.getLogger(__name__)
 
 GITHUB_EVENTS_PATH = "/github/events"
+HOOKS_PATH = "/hooks/{name}"
 EVENTS_PATH = "/slack/events"
 # While draining, what a 503 for an event asks of Slack: send it again (elsewhere) soon.
 DRAINING_RETRY_AFTER_S = 1
@@ -152,6 +153,8 @@ class HttpServer:
         if surface.forge_hooks is not None:
             # The forge's webhooks, in either mode (Socket Mode's port serves health too).
             routes.append(web.post(GITHUB_EVENTS_PATH, self.handle_github_events))
+        # Webhooks of baton.yaml, in either mode; a reload may add some, so always.
+        routes.append(web.post(HOOKS_PATH, self.handle_hook))
         self.web_app.add_routes(routes)
         self._runner: web.AppRunner | None = None
 
@@ -184,6 +187,24 @@ class HttpServer:
             answer = await hooks.handle(request.headers, body)
         except Exception:
             logger.exception("could not act on a GitHub delivery")
+            return web.Response(status=500, text="Baton could not act on the delivery")
+        return web.Response(status=answer.status, text=answer.text)
+
+    async def handle_hook(self, request: web.Request) -> web.Response:
+        """A delivery of a webhook of baton.yaml (`bot.triggers.webhooks`): verified,
+        deduplicated, its run started. aiohttp refuses a body over 1 MiB with 413."""
+        if not self.surface.turns.accepting:
+            return web.Response(status=503, text="shutting down")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return web.Response(status=413, text="the delivery is over 1 MiB")
+        try:
+            answer = await self.surface.triggers.hooks.handle(
+                request.match_info["name"], request.headers, body
+            )
+        except Exception:
+            logger.exception("could not act on a webhook delivery")
             return web.Response(status=500, text="Baton could not act on the delivery")
         return web.Response(status=answer.status, text=answer.text)
 
@@ -263,6 +284,9 @@ async def serve(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signum, stop.set)
+    with contextlib.suppress(NotImplementedError):
+        # SIGHUP reads baton.yaml's schedules, webhooks and watched channels again.
+        loop.add_signal_handler(signal.SIGHUP, surface.triggers.reload)
     http: HttpServer | None = None
     socket_handler: AsyncSocketModeHandler | None = None
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -30,13 +31,14 @@ from bot.config import Settings
 from bot.forge.webhooks import ForgeTurn, ForgeWebhooks, forge_author
 from bot.mcp.report import summary
 from bot.sessions.surface import Where
-from bot.sessions.turns import TurnMachine
+from bot.sessions.turns import TriggerEnd, TurnMachine
 from bot.slack.approvals import POLL_S, SlackApprovals
 from bot.slack.directory import SlackDirectory
 from bot.slack.forge_actions import ForgeActions
 from bot.slack.listeners import ListenerParts, Listeners
 from bot.slack.rate_budget import RateBudget, call_channel
 from bot.slack.thread_surface import SlackThreadSurface
+from bot.slack.triggers import SlackTriggers
 from bot.store import SessionKey
 from bot.store.approvals import ApprovalStore
 from bot.store.branches import ThreadBranch
@@ -216,8 +218,13 @@ class SlackSurface:
             self.client, approvals=self.approvals, directory=self.directory, redact=baton.redact
         )
         self.turns = TurnMachine(
-            self.threads, baton.turn_parts(), access=self.access, admission_poll_s=approval_poll_s
+            self.threads,
+            dataclasses.replace(baton.turn_parts(), trigger_ended=self._trigger_ended),
+            access=self.access,
+            admission_poll_s=approval_poll_s,
         )
+        # Schedules, webhooks and watched channels start turns on the same machine.
+        self.triggers = SlackTriggers(baton, turns=self.turns, threads=self.threads)
         self.listeners = Listeners(
             ListenerParts(
                 turns=self.turns,
@@ -236,6 +243,7 @@ class SlackSurface:
                 instructions_line=baton.instructions_line,
                 pulls_line=baton.pulls_line,
                 redact=baton.redact,
+                watched=self.triggers.watched,
             )
         )
         self.listeners.register(self.app)
@@ -261,6 +269,9 @@ class SlackSurface:
                 spawn=self.turns.spawn,
             ).register(self.app)
         self._maintenance: asyncio.Task[None] | None = None
+
+    async def _trigger_ended(self, end: TriggerEnd) -> None:
+        await self.triggers.ended(end)
 
     async def _say_on_branch(self, branch: ThreadBranch, text: str) -> None:
         await self.threads.say(Where(branch.channel_id, branch.thread_ts), text)
@@ -324,6 +335,7 @@ class SlackSurface:
         await self.tidy()
         await self.baton.recover_worktrees()
         self._maintenance = asyncio.create_task(self._maintain(), name="maintenance")
+        self.triggers.start()
 
     async def tidy(self, *, prune: bool = True) -> None:
         """Fail and expire the work of processes that are gone; forget old event claims."""
@@ -334,6 +346,7 @@ class SlackSurface:
         if prune:
             await self.baton.events.prune()
             await self.turns.inbox.prune()
+            await self.triggers.windows.prune()
 
     async def _maintain(self) -> None:
         # A replica that died while this one runs leaves work behind: take care of it.
@@ -350,6 +363,7 @@ class SlackSurface:
         """Shut down gracefully: take no new work; let runs and background tasks finish for
         `grace_s` seconds; end what still runs then as interrupted by a restart."""
         self.turns.accepting = False
+        await self.triggers.stop()
         if self._maintenance is not None:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)

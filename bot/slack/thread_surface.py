@@ -76,6 +76,7 @@ from bot.store.sessions import DM_THREAD
 from bot.store.tasks import TaskRecord
 from bot.store.thread_inbox import Inbound, ThreadMessage
 from bot.subagents import SubAgentEvent
+from bot.triggers.launch import trigger_of
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class SlackThreadSurface:
         self.redact = redact
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
+        self.team_id: str | None = None
 
     @property
     def budget(self) -> RateBudget | None:
@@ -127,6 +129,7 @@ class SlackThreadSurface:
             response = await self.client.auth_test()
             self.bot_user_id = response.get("user_id")
             self.bot_id = response.get("bot_id")
+            self.team_id = response.get("team_id")
 
     # ------------------------------------------------------------------ listening
 
@@ -182,6 +185,8 @@ class SlackThreadSurface:
     async def speaker(self, user_id: str) -> str:
         if (login := forge_login(user_id)) is not None:
             return f"GitHub user {login}"
+        if (trigger := trigger_of(user_id)) is not None:
+            return trigger
         return f"{await self.names.name_of(user_id)} <@{user_id}>"
 
     async def pull_context(self, where: Where, user_id: str) -> PullContext:
@@ -198,6 +203,8 @@ class SlackThreadSurface:
     async def co_author(self, user_id: str) -> tuple[str, str] | None:
         if forge_login(user_id) is not None:
             return None  # their commits are credited on the forge, not by Slack's address
+        if trigger_of(user_id) is not None:
+            return None  # no person wrote it
         email = await self.names.email_of(user_id)
         if email is None:
             return None
@@ -275,6 +282,17 @@ class SlackThreadSurface:
                 )
         except SlackApiError as exc:
             logger.warning("could not deliver a refusal: %s", exc.response.get("error"))
+
+    async def announce(self, channel_id: str, text: str) -> str:
+        """Post a new top-level message (a trigger's, naming it): its ts, the thread of
+        the run. Slack's refusal (not in the channel) propagates: nothing runs."""
+        response = await self.client.chat_postMessage(
+            channel=channel_id, text=text, unfurl_links=False, unfurl_media=False
+        )
+        ts = str(response.get("ts") or "")
+        if not ts:
+            raise SlackApiError("chat.postMessage gave no ts", response)
+        return ts
 
     async def say(self, where: Where, text: str) -> None:
         try:

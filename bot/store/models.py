@@ -186,6 +186,9 @@ class RunRow(SQLModel, table=True):
     progress_ts: str | None = Field(default=None, max_length=32)
     state: str = Field(default="running", max_length=16, index=True)
     cancel_requested_by: str | None = Field(default=None, max_length=32)
+    # What started it when no person did: `schedule:<name>`, `webhook:<name>`,
+    # `watch:<channel>`.
+    trigger: str | None = Field(default=None, max_length=96, index=True)
     created_at: datetime = _timestamp(nullable=False)
 
 
@@ -296,6 +299,8 @@ class ThreadMessageRow(SQLModel, table=True):
     state: str = Field(default="new", max_length=16, index=True)
     holder: str | None = Field(default=None, max_length=64, index=True)
     run_id: str | None = Field(default=None, max_length=64, index=True)
+    # The trigger that wrote it (`schedule:<name>`, …); None for a person's message.
+    trigger: str | None = Field(default=None, max_length=96)
     created_at: datetime = _timestamp(nullable=False)
 
 
@@ -343,3 +348,78 @@ class ThreadBranchRow(SQLModel, table=True):
     state: str = Field(default="active", max_length=16, index=True)
     created_at: datetime = _timestamp(nullable=False)
     updated_at: datetime = _timestamp(nullable=False)
+
+
+class ScheduleRow(SQLModel, table=True):
+    """A schedule made from Slack (`/tasks schedule`); baton.yaml's live in the file."""
+
+    __tablename__ = "schedules"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=63, unique=True)
+    cron: str = Field(max_length=120)
+    timezone: str = Field(max_length=64)
+    channel_id: str = Field(max_length=32, index=True)
+    prompt: str = Field(sa_column=Column(Text, nullable=False))
+    agent: str = Field(default="", max_length=64)
+    owner: str = Field(max_length=32)
+    created_by: str = Field(max_length=32)
+    created_at: datetime = _timestamp(nullable=False)
+
+
+class ScheduleStateRow(SQLModel, table=True):
+    """Where a schedule (of baton.yaml or Slack, by name) stands, shared by every replica.
+
+    `spec` is the cron expression and time zone its fire times were counted with (a
+    changed one starts counting afresh from `since`); `last_fire_at` the latest fire
+    time claimed; `failures` its failed runs in a row. `paused_by` is who paused it, or
+    ``failures`` when three failed runs in a row did.
+    """
+
+    __tablename__ = "schedule_states"
+
+    name: str = Field(primary_key=True, max_length=63)
+    spec: str = Field(max_length=200)
+    since: datetime = _timestamp(nullable=False)
+    last_fire_at: datetime | None = Field(
+        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
+    )
+    paused: bool = False
+    paused_by: str | None = Field(default=None, max_length=32)
+    paused_at: datetime | None = Field(
+        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
+    )
+    failures: int = 0
+    updated_at: datetime = _timestamp(nullable=False)
+
+
+class ScheduleFireRow(SQLModel, table=True):
+    """One fire time of a schedule, claimed by the replica that runs it (the row is the
+    claim: a schedule and fire time are unique). `missed` counts the fire times it
+    stands for beyond its own (downtime); `outcome` is how its run ended."""
+
+    __tablename__ = "schedule_fires"
+    __table_args__ = (UniqueConstraint("name", "fire_at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=63, index=True)
+    fire_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    missed: int = 0
+    claimed_by: str = Field(max_length=64)
+    run_id: str | None = Field(default=None, max_length=64)
+    message_ts: str | None = Field(default=None, max_length=64)
+    outcome: str | None = Field(default=None, max_length=16)
+    created_at: datetime = _timestamp(nullable=False)
+
+
+class TriggerWindowRow(SQLModel, table=True):
+    """Runs a trigger started in one window of time (a watched channel's hour), counted
+    across replicas; `noted`: the note that the cap was reached was posted."""
+
+    __tablename__ = "trigger_windows"
+
+    key: str = Field(primary_key=True, max_length=160)
+    count: int = 0
+    noted: bool = False
+    created_at: datetime = _timestamp(nullable=False)

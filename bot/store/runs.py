@@ -46,6 +46,7 @@ class RunRecord:
     state: str
     cancel_requested_by: str | None
     created_at: datetime
+    trigger: str | None = None
 
 
 def _record(row: RunRow) -> RunRecord:
@@ -60,6 +61,7 @@ def _record(row: RunRow) -> RunRecord:
         state=row.state,
         cancel_requested_by=row.cancel_requested_by,
         created_at=as_utc(row.created_at),
+        trigger=row.trigger,
     )
 
 
@@ -129,8 +131,10 @@ class RunStore:
         thread_ts: str,
         user_id: str,
         state: str = RUNNING,
+        trigger: str | None = None,
     ) -> None:
-        """Record a run, ``running`` at once or ``queued`` until admitted."""
+        """Record a run, ``running`` at once or ``queued`` until admitted; `trigger`
+        names what started it when no person did."""
         if state not in (RUNNING, QUEUED):
             raise ValueError(f"a run starts running or queued, not {state!r}")
         async with self.database.sessions() as session:
@@ -143,6 +147,7 @@ class RunStore:
                     thread_ts=thread_ts,
                     user_id=user_id,
                     state=state,
+                    trigger=trigger,
                 )
             )
             await session.commit()

@@ -65,6 +65,9 @@ class Inbound:
     is_dm: bool = False
     # For Baton (a mention, a DM, the terminal), not talk beside a running turn.
     addressed: bool = True
+    # The trigger that wrote it (`schedule:<name>`, `webhook:<name>`, `watch:<channel>`);
+    # None for a person's message.
+    trigger: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +89,7 @@ class ThreadMessage:
     state: str
     holder: str | None
     run_id: str | None
+    trigger: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +120,7 @@ def _message(row: ThreadMessageRow) -> ThreadMessage:
         state=row.state,
         holder=row.holder,
         run_id=row.run_id,
+        trigger=row.trigger,
     )
 
 
@@ -150,6 +155,7 @@ class ThreadInbox:
             state=state,
             holder=holder if state in (NEW, TAKEN) else None,
             run_id=run_id,
+            trigger=message.trigger,
         )
         try:
             async with self.database.sessions() as session:
