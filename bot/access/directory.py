@@ -20,12 +20,15 @@ class Person:
         team_id: The workspace the person belongs to (their home team).
         enterprise_id: Their Enterprise Grid organisation, if any.
         guest: A multi- or single-channel guest (`is_restricted`, `is_ultra_restricted`).
+        deactivated: The account was deactivated (`deleted`): a schedule or webhook it
+            owns runs no more.
     """
 
     id: str
     team_id: str | None
     enterprise_id: str | None = None
     guest: bool = False
+    deactivated: bool = False
 
 
 class Directory(Protocol):

@@ -104,11 +104,19 @@ class AccessPolicy:
                     return self._unknown(user_id)
                 if person.enterprise_id != enterprise_id:
                     return self._external(user_id)
-        if not config.guests:
+        if not config.guests or person is not None:
             person = person or await self.directory.person(user_id)
             if person is None:
                 return self._unknown(user_id)
-            if person.guest:
+            if person.deactivated:
+                # Only a trigger's owner can be: a deactivated account writes nothing.
+                return self._refuse(
+                    "deactivated",
+                    f"The account of <@{user_id}> is deactivated. Ask {self._whom} to give "
+                    "its schedules and webhooks a new owner.",
+                    user_id,
+                )
+            if not config.guests and person.guest:
                 return self._refuse(
                     "guest",
                     "Baton doesn't take requests from guests here. "

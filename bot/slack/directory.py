@@ -41,6 +41,7 @@ class SlackDirectory:
             team_id=user.get("team_id") or (user.get("profile") or {}).get("team"),
             enterprise_id=(user.get("enterprise_user") or {}).get("enterprise_id"),
             guest=bool(user.get("is_restricted") or user.get("is_ultra_restricted")),
+            deactivated=bool(user.get("deleted")),
         )
 
     async def name_of(self, user_id: str) -> str:

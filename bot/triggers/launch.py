@@ -129,6 +129,8 @@ class Launcher:
             author_id=launch.trigger,
             text=text,
             team_id=team,
+            # The owner is of the workspace (access checks it): their answer streams there.
+            user_team=team,
             files=tuple(launch.files),
             addressed=True,
             trigger=launch.trigger,
