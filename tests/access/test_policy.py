@@ -354,3 +354,22 @@ async def test_the_first_failing_check_is_the_one_told(
     assert await check(make_policy(client, users=["U4"], external=True), "U4") == refusal(
         "guest", GUEST_TEXT
     )
+
+
+# --------------------------------------------------------------------------- deactivated
+
+
+async def test_a_deactivated_account_starts_nothing(
+    fake: FakeSlackAPI, client: AsyncWebClient
+) -> None:
+    # Only a schedule's or webhook's owner can be one: their runs stop with their account.
+    fake.add_user("U9", "left", deleted=True)
+    text = (
+        f"The account of <@U9> is deactivated. Ask {WHOM} to give its schedules and "
+        "webhooks a new owner."
+    )
+    assert await check(make_policy(client), "U9") == refusal("deactivated", text)
+    assert await check(make_policy(client, guests=True), "U9") == refusal("deactivated", text)
+    # Listed by name, and a guest-friendly, cross-organisation setup: still refused when
+    # the directory was asked anyway.
+    assert await check(make_policy(client, users=("U9",)), "U9") == refusal("deactivated", text)
