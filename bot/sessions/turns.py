@@ -492,7 +492,9 @@ class TurnMachine:
         if self.parts.trigger_ended is None:
             return
         try:
-            await self.parts.trigger_ended(TriggerEnd(trigger, run_id, where, end))
+            await self.parts.trigger_ended(
+                TriggerEnd(trigger=trigger, run_id=run_id, where=where, end=end)
+            )
         except Exception:
             logger.exception("could not record how the run of %s ended", trigger)
 

@@ -33,6 +33,7 @@ from bot.slack.text import (
     mrkdwn_fallback,
     split_text,
 )
+from bot.store.runs import QUEUED, RUNNING, RunRecord
 from bot.store.tasks import TaskDetail, TaskRecord
 from bot.subagents.handoff import Handoff, render_handoff
 
@@ -447,6 +448,66 @@ def error_message(text: str) -> AnswerMessage:
     return AnswerMessage(text=fit_text(escape_mrkdwn(message)), blocks=blocks)
 
 
+# ------------------------------------------------------------- triggered runs
+
+TRIGGERED_RUNS = 10
+_TRIGGER_MARKS = {"schedule": "⏰", "webhook": "🪝", "watch": "👀"}
+_SLACK_ID = re.compile(r"[A-Z0-9]{1,32}")
+_THREAD_TS = re.compile(r"[0-9]{1,12}\.[0-9]{1,9}")
+_TEAM_DOMAIN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+
+
+def trigger_in_words(trigger: str) -> str:
+    """What started a run, for people: "⏰ schedule deps-report", "🪝 webhook new-issue",
+    "👀 watched channel"."""
+    kind, _, name = trigger.partition(":")
+    mark = _TRIGGER_MARKS.get(kind, "•")
+    if kind == "watch":
+        return f"{mark} watched channel"
+    return f"{mark} {escape_mrkdwn(kind)} {escape_mrkdwn(_clip(name, 96))}"
+
+
+def _run_state(run: RunRecord) -> str:
+    if run.state == RUNNING:
+        return "running"
+    if run.state == QUEUED:
+        return "waiting for a slot"
+    return "finished"
+
+
+def thread_link(run: RunRecord, team_domain: str | None) -> str:
+    """The run's thread as a Slack link when the workspace's domain is known (Slack's
+    archive URL, built without a call), else its channel and timestamp."""
+    channel, ts = run.channel_id, run.thread_ts
+    if not (_SLACK_ID.fullmatch(channel) and _THREAD_TS.fullmatch(ts)):
+        return f"thread {escape_mrkdwn(ts)}"
+    if team_domain and _TEAM_DOMAIN.fullmatch(team_domain):
+        url = f"https://{team_domain}.slack.com/archives/{channel}/p{ts.replace('.', '')}"
+        return f"<{url}|thread>"
+    return f"<#{channel}> thread {ts}"
+
+
+def triggered_runs_block(
+    runs: Sequence[RunRecord],
+    *,
+    now: datetime,
+    team_domain: str | None = None,
+    title: str = "Started by triggers",
+) -> Block | None:
+    """One section of runs that triggers started, newest first: the trigger in words,
+    state, age and the thread; None when there are none."""
+    if not runs:
+        return None
+    lines = [f"*{title}*"]
+    for run in runs[:TRIGGERED_RUNS]:
+        age = format_age((now - run.created_at).total_seconds())
+        lines.append(
+            f"{trigger_in_words(run.trigger or '')} · {_run_state(run)} · {age} · "
+            f"{thread_link(run, team_domain)}"
+        )
+    return _section(_clip("\n".join(lines), SECTION_TEXT_LIMIT))
+
+
 # ------------------------------------------------------------------ /tasks panel
 
 
@@ -461,6 +522,7 @@ def tasks_panel(
     instructions: str | None = None,
     extra: Sequence[Block] = (),
     pulls: str | None = None,
+    triggered: Block | None = None,
 ) -> list[Block]:
     """The ephemeral `/tasks` panel of one channel.
 
@@ -475,6 +537,8 @@ def tasks_panel(
         pulls: One line of the pull requests of the channel's threads (Slack links,
             made by Baton from what it stored).
         extra: Blocks shown after the tasks (recent approval decisions).
+        triggered: The channel's runs that triggers started (`triggered_runs_block`),
+            shown after the tasks.
 
     Returns:
         The panel's blocks: counts, usage, then per task a summary and its buttons.
@@ -487,6 +551,8 @@ def tasks_panel(
     if pulls:
         blocks.append(_context(pulls))
     blocks += _tasks_list(tasks, now=now, running=running, done=done, may_cancel=viewer_may_cancel)
+    if triggered is not None:
+        blocks.append(triggered)
     blocks += extra
     return blocks[:MESSAGE_BLOCKS_LIMIT]
 
@@ -785,6 +851,9 @@ def home_view(
     servers: str | None = None,
     agents: str | None = None,
     pulls: str | None = None,
+    triggered: Block | None = None,
+    schedules: Sequence[Block] = (),
+    notice: str | None = None,
 ) -> dict[str, Any]:
     """The App Home tab: task counts, today's usage and the viewer's recent tasks.
 
@@ -796,6 +865,11 @@ def home_view(
     viewer's token usage today; `feedback` one line of how their answers were rated
     (see `feedback_line`). `servers` is one line of the MCP servers' state (which are
     up, which not and why: `bot.mcp.report.summary`).
+
+    `triggered` is the section of the runs triggers started for the viewer
+    (`triggered_runs_block`); `schedules` the blocks of their schedules (at most 35:
+    `bot.slack.schedule_views.home_schedules_blocks`); `notice` what the viewer's last
+    click here did (Pause, Resume, Delete) in Baton's mrkdwn, said under the title.
     """
     blocks: list[Block] = [
         {
@@ -803,6 +877,8 @@ def home_view(
             "text": {"type": "plain_text", "text": _clip("Baton", HEADER_TEXT_LIMIT)},
         },
     ]
+    if notice:
+        blocks.append(_section(_clip(notice, 2_000)))  # Baton's own words, with mentions
     if warning:
         blocks.append(_section(f":warning: {escape_mrkdwn(_clip(warning, 2_000))}"))
     blocks.append(_section(_counts(running, done)))
@@ -831,4 +907,7 @@ def home_view(
         blocks.append(_section(line))
     if len(tasks) > HOME_TASKS:
         blocks.append(_context(f"… and {len(tasks) - HOME_TASKS:,} more; `/tasks` in a channel"))
-    return {"type": "home", "blocks": blocks}
+    if triggered is not None:
+        blocks.append(triggered)
+    blocks += schedules
+    return {"type": "home", "blocks": blocks[:VIEW_BLOCKS_LIMIT]}

@@ -34,6 +34,7 @@ from bot.slack.blocks import (
     STEER_TASK,
     STEER_TEXT_LIMIT,
     STEER_VIEW,
+    TRIGGERED_RUNS,
     VIEW_LOG,
     feedback_line,
     home_view,
@@ -44,7 +45,9 @@ from bot.slack.blocks import (
     task_detail_blocks,
     task_log_modal,
     tasks_panel,
+    triggered_runs_block,
 )
+from bot.slack.schedule_actions import ScheduleActions
 from bot.slack.thread_surface import SlackThreadSurface
 from bot.store.feedback import FeedbackStore
 from bot.store.tasks import TaskDetail, TaskRecord
@@ -56,6 +59,9 @@ logger = logging.getLogger(__name__)
 PANEL_TASKS = 25
 PANEL_DECISIONS = 5
 HOME_TASKS = 15
+# `/tasks <word>`: these words are commands, not task ids.
+SCHEDULE_WORD = "schedule"
+SCHEDULES_WORD = "schedules"
 # Where the intake middleware leaves the message it stored, for the event listener.
 TAKEN_MESSAGE = "baton_taken_message"
 
@@ -91,6 +97,8 @@ class ListenerParts:
     # A message event of a watched channel, stored as the question of its run (None
     # when it starts none): schedules' and webhooks' runs start elsewhere.
     watched: Callable[..., Awaitable[ThreadMessage | None]] | None = None
+    # `/tasks schedule`, `/tasks schedules` and App Home's schedules.
+    schedules: ScheduleActions | None = None
 
 
 class Listeners:
@@ -178,7 +186,9 @@ class Listeners:
         if event.get("tab", "home") == "home":
             self.spawn(self.publish_home(event["user"]), "app_home")
 
-    async def publish_home(self, user_id: str) -> None:
+    async def publish_home(self, user_id: str, notice: str | None = None) -> None:
+        """Show a person their App Home: their tasks, runs that triggers started for them,
+        their schedules; `notice` is what their last click there did."""
         running, done = await self.tracker.counts(started_by=user_id)
         tasks = await self.tracker.list(started_by=user_id, limit=HOME_TASKS)
         usage = await self.parts.budgets.today(user_id=user_id, channel_id=None)
@@ -197,6 +207,17 @@ class Listeners:
                 servers=self.parts.servers_summary(),
                 agents=self.parts.agents_summary(),
                 pulls=await self.parts.pulls_line(requester=user_id),
+                triggered=triggered_runs_block(
+                    await self.turns.run_store.triggered(user_id=user_id, limit=TRIGGERED_RUNS),
+                    now=datetime.now(UTC),
+                    title="Runs triggers started for you",
+                ),
+                schedules=(
+                    await self.parts.schedules.home_blocks(user_id)
+                    if self.parts.schedules is not None
+                    else ()
+                ),
+                notice=notice,
             ),
         )
 
@@ -206,14 +227,23 @@ class Listeners:
         self, ack: AsyncAck, command: dict[str, Any], respond: AsyncRespond
     ) -> None:
         await ack()
+        text = (command.get("text") or "").strip()
+        schedules = self.parts.schedules
+        if schedules is not None and text.lower() == SCHEDULE_WORD:
+            self.spawn(schedules.open_form(command, respond), "schedule_command")
+            return
+        if schedules is not None and text.lower() == SCHEDULES_WORD:
+            self.spawn(schedules.show_list(command, respond), "schedules_command")
+            return
         self.spawn(
             self.show_tasks(
                 channel=command["channel_id"],
                 user=command["user_id"],
-                task_id=(command.get("text") or "").strip(),
+                task_id=text,
                 respond=respond,
                 team_id=command.get("team_id"),
                 enterprise_id=command.get("enterprise_id"),
+                team_domain=command.get("team_domain"),
             ),
             "tasks_command",
         )
@@ -227,6 +257,7 @@ class Listeners:
         respond: AsyncRespond | None = None,
         team_id: str | None = None,
         enterprise_id: str | None = None,
+        team_domain: str | None = None,
     ) -> None:
         try:
             refusal = await self._may_look(
@@ -236,7 +267,9 @@ class Listeners:
                 # Task logs hold what the agents read: only people who may run them see them.
                 await self._ephemeral(channel, user, refusal.text)
                 return
-            await self._show_tasks(channel=channel, user=user, task_id=task_id)
+            await self._show_tasks(
+                channel=channel, user=user, task_id=task_id, team_domain=team_domain
+            )
         except SlackApiError as exc:
             # chat.postEphemeral needs the bot in the channel; the command's own
             # response URL works everywhere, so say so through it.
@@ -250,7 +283,9 @@ class Listeners:
                 response_type="ephemeral",
             )
 
-    async def _show_tasks(self, *, channel: str, user: str, task_id: str) -> None:
+    async def _show_tasks(
+        self, *, channel: str, user: str, task_id: str, team_domain: str | None = None
+    ) -> None:
         now = datetime.now(UTC)
         if task_id:
             detail = await self.tracker.get(task_id)
@@ -285,6 +320,11 @@ class Listeners:
             instructions=self.parts.instructions_line(channel),
             pulls=await self.parts.pulls_line(channel_id=channel),
             extra=recent_decisions_blocks(decisions, timeout_s=self.approvals.timeout_s),
+            triggered=triggered_runs_block(
+                await self.turns.run_store.triggered(channel_id=channel, limit=TRIGGERED_RUNS),
+                now=now,
+                team_domain=team_domain,
+            ),
         )
         await self._ephemeral(channel, user, f"⚙ {running} running · {done} done", blocks)
 

@@ -37,6 +37,7 @@ from bot.slack.directory import SlackDirectory
 from bot.slack.forge_actions import ForgeActions
 from bot.slack.listeners import ListenerParts, Listeners
 from bot.slack.rate_budget import RateBudget, call_channel
+from bot.slack.schedule_actions import ScheduleActions
 from bot.slack.thread_surface import SlackThreadSurface
 from bot.slack.triggers import SlackTriggers
 from bot.store import SessionKey
@@ -45,6 +46,7 @@ from bot.store.branches import ThreadBranch
 from bot.store.feedback import FeedbackStore
 from bot.store.rate import rate_store_for
 from bot.store.thread_inbox import Inbound
+from bot.triggers.clock import SYSTEM_CLOCK, Clock
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +191,10 @@ class SlackSurface:
         *,
         approval_poll_s: float = POLL_S,
         rate_budget: RateBudget | None = None,
+        trigger_clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """`trigger_clock`: what schedules' fire times are computed with (tests drive
+        one)."""
         settings = baton.settings
         self.baton = baton
         # One budget for every Slack call of this process; on PostgreSQL, of every replica.
@@ -224,7 +229,20 @@ class SlackSurface:
             admission_poll_s=approval_poll_s,
         )
         # Schedules, webhooks and watched channels start turns on the same machine.
-        self.triggers = SlackTriggers(baton, turns=self.turns, threads=self.threads)
+        self.triggers = SlackTriggers(
+            baton, turns=self.turns, threads=self.threads, clock=trigger_clock
+        )
+        self.schedule_actions = ScheduleActions(
+            scheduler=self.triggers.scheduler,
+            client=self.client,
+            deciders=self.deciders,
+            directory=self.directory,
+            access=self.access,
+            schedulers=settings.access.schedulers,
+            spawn=self.turns.spawn,
+            refresh_home=self._refresh_home,
+            team_id=self.triggers.launcher.team_id,
+        )
         self.listeners = Listeners(
             ListenerParts(
                 turns=self.turns,
@@ -244,9 +262,11 @@ class SlackSurface:
                 pulls_line=baton.pulls_line,
                 redact=baton.redact,
                 watched=self.triggers.watched,
+                schedules=self.schedule_actions,
             )
         )
         self.listeners.register(self.app)
+        self.schedule_actions.register(self.app)
         self.forge_hooks: ForgeWebhooks | None = None
         if baton.forge is not None:
             self.forge_hooks = ForgeWebhooks(
@@ -269,6 +289,9 @@ class SlackSurface:
                 spawn=self.turns.spawn,
             ).register(self.app)
         self._maintenance: asyncio.Task[None] | None = None
+
+    async def _refresh_home(self, user_id: str, notice: str | None) -> None:
+        await self.listeners.publish_home(user_id, notice)
 
     async def _trigger_ended(self, end: TriggerEnd) -> None:
         await self.triggers.ended(end)

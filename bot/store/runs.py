@@ -209,6 +209,21 @@ class RunStore:
             )
             return [_record(row) for row in result.all()]
 
+    async def triggered(
+        self, *, channel_id: str | None = None, user_id: str | None = None, limit: int = 10
+    ) -> list[RunRecord]:
+        """Runs a trigger started (a schedule, a webhook, a watched channel), newest
+        first: of one channel, of one owner (whom they ran for), or of both."""
+        query = select(RunRow).where(col(RunRow.trigger).is_not(None))
+        if channel_id is not None:
+            query = query.where(RunRow.channel_id == channel_id)
+        if user_id is not None:
+            query = query.where(RunRow.user_id == user_id)
+        query = query.order_by(col(RunRow.created_at).desc(), col(RunRow.id).desc()).limit(limit)
+        async with self.database.sessions() as session:
+            result = await session.exec(query)
+            return [_record(row) for row in result.all()]
+
     async def count_running(self, *, alive: Collection[str], user_id: str | None = None) -> int:
         """Running runs whose owner is alive: all of them, or those `user_id` started."""
         async with self.database.sessions() as session:

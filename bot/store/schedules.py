@@ -11,7 +11,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, or_, update
+from sqlalchemy import delete, func, or_, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
@@ -177,6 +177,14 @@ class ScheduleStore:
             await session.commit()
             return bool(result.rowcount)
 
+    async def delete_made_in_slack(self, name: str) -> bool:
+        """Delete a schedule made from Slack, keeping where its name stands (a shadowed
+        one: the state and fires are baton.yaml's schedule's now); False if none."""
+        async with self.database.sessions() as session:
+            result = await session.exec(delete(ScheduleRow).where(col(ScheduleRow.name) == name))
+            await session.commit()
+            return bool(result.rowcount)
+
     # ------------------------------------------------------------------ state
 
     async def states(self, names: Collection[str] | None = None) -> dict[str, ScheduleState]:
@@ -329,6 +337,16 @@ class ScheduleStore:
             )
             row = result.first()
             return _fire(row) if row else None
+
+    async def latest_fires(self, names: Collection[str]) -> dict[str, datetime]:
+        """The latest claimed fire time of each of `names` that has one, by name."""
+        async with self.database.sessions() as session:
+            result = await session.exec(
+                select(ScheduleFireRow.name, func.max(ScheduleFireRow.fire_at))
+                .where(col(ScheduleFireRow.name).in_(list(names)))
+                .group_by(col(ScheduleFireRow.name))
+            )
+            return {name: as_utc(at) for name, at in result.all() if at is not None}
 
     async def recent_fires(self, name: str, *, limit: int = 5) -> list[ScheduleFire]:
         """The schedule's latest fires, newest first."""

@@ -49,11 +49,22 @@ class CronSpec:
         zone = ZoneInfo(self.timezone)
         # cronsim's reverse iteration gives times strictly before its start.
         local = (moment + timedelta(seconds=1)).astimezone(zone).replace(microsecond=0)
+        latest: datetime | None = None
         for fire in CronSim(self.cron, local, reverse=True):
             at = fire.astimezone(UTC)
             if at <= moment:
-                return at
-        return None
+                latest = at
+                break
+        if latest is None:
+            return None
+        # Reverse iteration walks back in wall-clock time: in the hour an autumn change
+        # repeats, a fire of the first pass (02:30 CEST) reads as later than a moment of
+        # the second (02:05 CET), and is passed over. Forward iteration counts right.
+        for at in self.after(latest):
+            if at > moment:
+                break
+            latest = at
+        return latest
 
     def due(self, since: datetime, now: datetime) -> Due | None:
         """The fire times in (`since`, `now`]: the newest, and how many there are

@@ -21,6 +21,7 @@ from bot.app import Baton, build_baton
 from bot.slack.rate_budget import RateBudget
 from bot.slack.server import EVENTS_PATH, HttpServer
 from bot.slack.surface import SlackSurface
+from bot.triggers.clock import SYSTEM_CLOCK, Clock
 from tests.conftest import harness_database_kind, make_settings
 from tests.databases import fresh_postgres
 from tests.fakes.openai_api import FakeOpenAI
@@ -211,23 +212,30 @@ async def until(condition: Callable[[], bool], within: float = PATIENCE_S) -> No
 
 
 async def start_harness(
-    tmp_path: Path, *, rate_budget: RateBudget | None = None, **overrides: Any
+    tmp_path: Path,
+    *,
+    rate_budget: RateBudget | None = None,
+    trigger_clock: Clock = SYSTEM_CLOCK,
+    **overrides: Any,
 ) -> AsyncIterator[SlackHarness]:
     """The bot on the fakes. Slack calls are paced by `rate_budget`: by default Slack's
     limits a hundred times as fast (the fake does not enforce limits unless asked;
-    tests of pacing and the benchmarks pass a real `RateBudget()`).
+    tests of pacing and the benchmarks pass a real `RateBudget()`). Schedules' fire
+    times are computed with `trigger_clock` (tests of schedules pass one they drive).
 
     The database is SQLite in `tmp_path`, or with BATON_TEST_DATABASE=postgresql a fresh
     PostgreSQL database of its own, dropped afterwards (unless `database_url` is given)."""
     async with contextlib.AsyncExitStack() as stack:
         if "database_url" not in overrides and harness_database_kind() == "postgresql":
             overrides["database_url"] = await stack.enter_async_context(fresh_postgres())
-        async for harness in _start_harness(tmp_path, rate_budget=rate_budget, **overrides):
+        async for harness in _start_harness(
+            tmp_path, rate_budget=rate_budget, trigger_clock=trigger_clock, **overrides
+        ):
             yield harness
 
 
 async def _start_harness(
-    tmp_path: Path, *, rate_budget: RateBudget | None, **overrides: Any
+    tmp_path: Path, *, rate_budget: RateBudget | None, trigger_clock: Clock, **overrides: Any
 ) -> AsyncIterator[SlackHarness]:
     async with FakeSlackAPI(bot_user_id=BOT) as slack, FakeOpenAI() as llm:
         slack.add_user(ALICE, "alice", real_name="Alice Liddell", display_name="Alice")
@@ -246,6 +254,7 @@ async def _start_harness(
                 baton,
                 approval_poll_s=0.05,
                 rate_budget=rate_budget or RateBudget.scaled(TEST_BUDGET_SPEED),
+                trigger_clock=trigger_clock,
             )
             await surface.start()
             cleanup.push_async_callback(surface.stop, TEARDOWN_GRACE_S)
