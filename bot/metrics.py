@@ -8,7 +8,8 @@ Batons in one process (the tests) therefore add to the same series; a test reads
 the change it caused (`sample` before and after), not an absolute value.
 
 Label values are bounded: outcomes come from short fixed lists, Slack methods from
-our own code, and a tool name the model invented is recorded as ``unknown``.
+our own code, and a tool name the model invented, like a webhook name a caller
+invented, is recorded as ``unknown``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "record_slack_call",
     "record_slack_rate_limited",
     "record_tool_call",
+    "record_webhook_delivery",
     "render",
     "sample",
     "watch_admission",
@@ -78,6 +80,13 @@ SLACK_RATE_LIMITED = Counter(
     ["method"],
     registry=REGISTRY,
 )
+WEBHOOK_DELIVERIES = Counter(
+    "baton_webhook_deliveries",
+    "Deliveries to POST /hooks/<name>, by webhook (its name in baton.yaml, or unknown) "
+    "and result (started, pong, or why it was refused: see bot/triggers/webhooks.py).",
+    ["webhook", "result"],
+    registry=REGISTRY,
+)
 RUNS_WAITING = Gauge(
     "baton_runs_waiting",
     "Runs of this process waiting for admission (limits: runs, runs_per_user).",
@@ -125,6 +134,12 @@ def record_slack_call(method: str) -> None:
 def record_slack_rate_limited(method: str) -> None:
     """Slack answered a call of `method` with HTTP 429."""
     SLACK_RATE_LIMITED.labels(method=method).inc()
+
+
+def record_webhook_delivery(webhook: str, result: str) -> None:
+    """A delivery to a webhook was answered; `webhook` must be a name baton.yaml lists or
+    ``unknown`` (never the path a caller sent), `result` one of a fixed list."""
+    WEBHOOK_DELIVERIES.labels(webhook=webhook, result=result).inc()
 
 
 def watch_admission(admission: _Waiting) -> None:

@@ -192,17 +192,18 @@ class HttpServer:
 
     async def handle_hook(self, request: web.Request) -> web.Response:
         """A delivery of a webhook of baton.yaml (`bot.triggers.webhooks`): verified,
-        deduplicated, its run started. aiohttp refuses a body over 1 MiB with 413."""
+        deduplicated, its run started. aiohttp reads no body over 1 MiB: 413 (404 for a
+        name not listed), counted as Baton's other refusals are."""
         if not self.surface.turns.accepting:
             return web.Response(status=503, text="shutting down")
+        hooks, name = self.surface.triggers.hooks, request.match_info["name"]
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return web.Response(status=413, text="the delivery is over 1 MiB")
+            answer = hooks.too_large(name)  # 404 for a name not listed; counted
+            return web.Response(status=answer.status, text=answer.text)
         try:
-            answer = await self.surface.triggers.hooks.handle(
-                request.match_info["name"], request.headers, body
-            )
+            answer = await hooks.handle(name, request.headers, body)
         except Exception:
             logger.exception("could not act on a webhook delivery")
             return web.Response(status=500, text="Baton could not act on the delivery")
