@@ -71,6 +71,8 @@ class Launch:
         ts: The message that started it and whose thread it answers in (a watched
             channel's); None to post `announcement`.
         files: Files attached to that message.
+        team_id: The workspace of the thread's conversation, when the event that
+            started it says (a watched channel's); else the workspace of Baton's token.
     """
 
     trigger: str
@@ -81,6 +83,7 @@ class Launch:
     announcement: str | None = None
     ts: str | None = None
     files: Sequence[dict[str, Any]] = field(default_factory=tuple)
+    team_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +120,7 @@ class Launcher:
             ts = await self.announcer.announce(launch.channel_id, launch.announcement)
         else:
             ts = launch.ts
-        team = await self.team_id() or "-"
+        team = launch.team_id or await self.team_id() or "-"
         key = SessionKey.slack_thread(team_id=team, channel_id=launch.channel_id, thread_ts=ts)
         text = f"@{launch.agent} {launch.prompt}" if launch.agent else launch.prompt
         message = Inbound(

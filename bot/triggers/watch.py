@@ -334,8 +334,9 @@ class ChannelWatch:
 
         Slack's and the database's errors while storing propagate, so that Slack sends
         the event again; a failure to count the run keeps it from running (logged).
-        `team_id` (the envelope's) is not used: the launcher names the thread's session
-        by the workspace of Baton's token (`auth.test`), as it does for every trigger.
+        `team_id` (the envelope's) names the thread's session, as it does for the
+        people who reply in the thread (on Enterprise Grid it may differ from the
+        workspace of Baton's token).
         """
         channel = event.get("channel")
         watch = self.book.triggers.watched(channel) if isinstance(channel, str) else None
@@ -364,6 +365,7 @@ class ChannelWatch:
                 agent=watch.agent,
                 ts=message.ts,
                 files=message.files,
+                team_id=team_id or next(iter(_strings(event.get("team"))), None),
             )
         )
         if stored.message is None:

@@ -360,3 +360,20 @@ async def test_a_run_that_could_not_be_counted_does_not_start(harness: SlackHarn
     await until(lambda: answered(harness, CAPPED, later))
     await harness.settle()
     assert len(harness.main_requests()) == 1
+
+
+async def test_a_person_replying_in_an_alerts_thread_continues_its_conversation(
+    harness: SlackHarness,
+) -> None:
+    alert = await deliver(harness, alert_event(ALERTS, attachments=DISK_ALERT))
+    await until(lambda: answered(harness, ALERTS, alert))
+    # The envelope's workspace names the thread's conversation, as it does the reply's.
+    reply = person_event(ALERTS, f"<@{BOT}> is it still down?", user=ALICE)
+    reply["thread_ts"] = alert
+    reply["type"] = "app_mention"
+    await harness.send_event(reply)
+    await until(lambda: len(harness.llm.requests) == 2)
+    await harness.settle()
+    second = harness.llm.requests[-1]
+    earlier = [str(m.get("content")) for m in second.messages if m["role"] == "user"][:-1]
+    assert any("Disk usage is 97%" in text for text in earlier), earlier
