@@ -437,7 +437,7 @@ def test_manifest_has_what_baton_serves(manifest: dict[str, Any]) -> None:
     commands = {c["command"]: c for c in features["slash_commands"]}
     assert set(commands) == {"/tasks"}
     tasks = commands["/tasks"]
-    assert tasks["usage_hint"] == "[task-id]"
+    assert tasks["usage_hint"] == "[task-id | schedule | schedules]"
     assert tasks["should_escape"] is False
     assert tasks["description"]
 
