@@ -90,6 +90,7 @@ class ScheduleActions:
         spawn: Callable[..., Any],
         refresh_home: RefreshHome,
         team_id: TeamId,
+        agent_names: Callable[[str], Sequence[str]] | None = None,
     ) -> None:
         """Hold what the handlers need.
 
@@ -104,7 +105,10 @@ class ScheduleActions:
             refresh_home: Publishes a person's App Home again, with a notice.
             team_id: The workspace's id, for access checks of what no request carries
                 (App Home's list).
+            agent_names: The agents a channel's runs have (a schedule's `agent` must be
+                one of them).
         """
+        self.agent_names = agent_names
         self.scheduler = scheduler
         self.client = client
         self.deciders = deciders
@@ -313,6 +317,14 @@ class ScheduleActions:
             _AGENT.validate_python(form.agent)
         except ValidationError:
             errors[AGENT_BLOCK] = "Not an agent's name: lowercase letters, digits, . _ and -."
+        else:
+            if form.agent and form.channel_id and self.agent_names is not None:
+                names = self.agent_names(form.channel_id)
+                if form.agent not in names:
+                    errors[AGENT_BLOCK] = _sentence(
+                        f"No agent named {form.agent} works in that channel; "
+                        f"there are {', '.join(names)}"
+                    )
         if not form.channel_id or form.channel_id[0] not in "CG":
             errors[CHANNEL_BLOCK] = "Choose a channel."
         else:

@@ -242,6 +242,7 @@ class SlackSurface:
             spawn=self.turns.spawn,
             refresh_home=self._refresh_home,
             team_id=self.triggers.launcher.team_id,
+            agent_names=lambda channel: baton.site_for(channel).agents.names(),
         )
         self.listeners = Listeners(
             ListenerParts(

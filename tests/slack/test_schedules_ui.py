@@ -291,6 +291,7 @@ async def test_schedulers_are_the_approvers_when_access_names_none(tmp_path: Pat
         ({"name": "Deps Report"}, NAME_BLOCK, "lowercase"),
         ({"prompt": "   "}, PROMPT_BLOCK, "Write what Baton should do"),
         ({"agent": "Not An Agent"}, AGENT_BLOCK, "agent"),
+        ({"agent": "no-such-agent"}, AGENT_BLOCK, "No agent named no-such-agent works in"),
         ({"channel": None}, CHANNEL_BLOCK, "Choose a channel"),
     ],
 )
