@@ -145,11 +145,14 @@ async def test_a_flood_of_mentions_is_all_queued_and_blocks_nobody_else(tmp_path
             return Reply(text="ok " + ("bob" if "from bob" in text else "alice"))
 
         harness.llm.responder = respond
-        floods = await asyncio.gather(*(harness.mention(f"flood {n}") for n in range(20)))
-        await until(lambda: len(harness.llm.requests) == 1)
-        bob = await harness.mention("from bob", user=BOB)
-        await until(lambda: "ok bob" in json.dumps(harness.thread("C1", bob)))
-        release.set()
+        try:
+            floods = await asyncio.gather(*(harness.mention(f"flood {n}") for n in range(20)))
+            await until(lambda: len(harness.llm.requests) == 1)
+            bob = await harness.mention("from bob", user=BOB)
+            await until(lambda: "ok bob" in json.dumps(harness.thread("C1", bob)))
+        finally:
+            # Also when a wait above fails: the held model calls end, and so does the test.
+            release.set()
         await harness.settle()
         for ts in floods:
             assert "ok alice" in json.dumps(harness.thread("C1", ts)), ts
