@@ -367,11 +367,12 @@ async def test_a_person_replying_in_an_alerts_thread_continues_its_conversation(
 ) -> None:
     alert = await deliver(harness, alert_event(ALERTS, attachments=DISK_ALERT))
     await until(lambda: answered(harness, ALERTS, alert))
+    await harness.settle()  # the alert's run is over: the reply starts the next one
     # The envelope's workspace names the thread's conversation, as it does the reply's.
     reply = person_event(ALERTS, f"<@{BOT}> is it still down?", user=ALICE)
     reply["thread_ts"] = alert
     reply["type"] = "app_mention"
-    await harness.send_event(reply)
+    assert await deliver(harness, reply) == reply["ts"]
     await until(lambda: len(harness.llm.requests) == 2)
     await harness.settle()
     second = harness.llm.requests[-1]
