@@ -101,6 +101,10 @@ class ActiveRun:
     inbox: list[ChatMessage] = field(default_factory=list)
     steering: list[Steering] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
+    # Held while messages are handed to the run, and by its end: a message taken for it
+    # is in `steering` before the end reads what was never read (else it was lost).
+    handing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    ended: bool = False  # its end read what reached it: nothing more is handed to it
 
     def take_inbox(self) -> list[ChatMessage]:
         taken = list(self.inbox)

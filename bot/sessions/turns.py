@@ -523,21 +523,27 @@ class TurnMachine:
         if run.state is RunState.HANDED_OVER:
             # It never started: its question (and what reached it) waits again, in the
             # thread's order, and whoever runs the thread next reads it all.
-            held = await self.inbox.of_run(run.run_id, states=[TAKEN])
-            await self.inbox.move([m.id for m in held], PENDING, only_from=[TAKEN])
+            async with run.handing:
+                run.ended = True
+                held = await self.inbox.of_run(run.run_id, states=[TAKEN])
+                await self.inbox.move([m.id for m in held], PENDING, only_from=[TAKEN])
             await self.signals.notify("steer", run.key.key)
             return
         cancelled = run.state is RunState.CANCELLED
         lost = run.state is RunState.LOST
         interrupted = lost or (not self.accepting and not cancelled)
-        # What reached the run but was never read, and what waited undelivered.
-        leftovers = list(run.steering)
-        run.take_inbox()
-        if not lost:
-            waiting = await self.inbox.take(
-                run.key.key, run_id=run.run_id, holder=self.instances.id, questions_only=False
-            )
-            leftovers += [Steering(m.id, m.user_id, m.text, m.addressed) for m in waiting]
+        # What reached the run but was never read, and what waited undelivered; a
+        # message being handed to it now is waited for (taken for the run, it is read
+        # here or by nobody).
+        async with run.handing:
+            run.ended = True
+            leftovers = list(run.steering)
+            run.take_inbox()
+            if not lost:
+                waiting = await self.inbox.take(
+                    run.key.key, run_id=run.run_id, holder=self.instances.id, questions_only=False
+                )
+                leftovers += [Steering(m.id, m.user_id, m.text, m.addressed) for m in waiting]
         # Questions that came too late for this run are the thread's next turn (on
         # this replica or, when this one is stopping, another); talk nobody read is
         # dropped, and its authors told so.
@@ -571,11 +577,14 @@ class TurnMachine:
         """Hand the thread's waiting messages to `run` (in their order), each
         acknowledged to its author. An `@agent` run reads none: they wait for its end
         (its questions are the thread's next turn)."""
-        taken = await self.inbox.take(
-            run.key.key, run_id=run.run_id, holder=self.instances.id, questions_only=False
-        )
-        for message in taken:
-            await self._steer(run, message)
+        async with run.handing:
+            if run.ended:
+                return  # its end took what waited; the rest is the thread's next turn
+            taken = await self.inbox.take(
+                run.key.key, run_id=run.run_id, holder=self.instances.id, questions_only=False
+            )
+            for message in taken:
+                await self._steer(run, message)
 
     async def _steer(self, run: ActiveRun, message: ThreadMessage) -> None:
         """Pass a message (and its files) to the running agent; its author is told."""

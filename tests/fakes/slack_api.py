@@ -718,6 +718,9 @@ class FakeSlackAPI(FakeServer):
         self._streams: dict[tuple[str, str], _Stream] = {}
         self._failures: dict[str, deque[_Failure]] = {}
         self._latency: dict[str, float] = {}
+        # While set and not open, downloads of files wait for it (`downloads_waiting`).
+        self.download_gate: asyncio.Event | None = None
+        self.downloads_waiting = 0
         self._rate_limits: dict[str, _RateLimit] = {}
         self._slack_limits: SlackLimits | None = SlackLimits() if self._initial_enforce else None
         self._custom: dict[str, MethodHandler] = {}
@@ -1338,6 +1341,12 @@ class FakeSlackAPI(FakeServer):
         return 200, body
 
     async def _handle_download(self, request: web.Request) -> web.Response:
+        if (gate := self.download_gate) is not None and not gate.is_set():
+            self.downloads_waiting += 1
+            try:
+                await gate.wait()
+            finally:
+                self.downloads_waiting -= 1
         header = request.headers.get("Authorization", "")
         token = header[7:].strip() if header.startswith("Bearer ") else None
         key = request.match_info["key"]

@@ -15,6 +15,7 @@ from sqlalchemy import text
 
 from bot.slack.blocks import RETRY_RUN
 from bot.store import SessionKey
+from bot.store.runs import FINISHED
 from bot.store.thread_inbox import DONE, INTERRUPTED, OFFERED, PENDING, RETRIED, TAKEN, Inbound
 from tests.fakes.openai_api import RecordedRequest, Reply
 from tests.slack.harness import ALICE, BOB, BOT, TEAM, SlackHarness, next_ts, until
@@ -325,3 +326,49 @@ async def test_talk_in_a_thread_another_replica_runs_is_stored_for_it(
         )
         is None
     )
+
+
+async def test_a_reply_handed_to_a_run_as_it_ends_is_the_threads_next_turn(
+    harness: SlackHarness,
+) -> None:
+    """A reply is taken for the running turn, and reading it (its file) takes longer than
+    the turn has left: the turn's end waits for it, and it becomes the next turn instead
+    of being marked done unread."""
+    answer = asyncio.Event()
+
+    async def respond(request: RecordedRequest) -> Reply:
+        said = user_texts(request)[-1]
+        if "first question" in said and "while you were working" not in said:
+            await answer.wait()
+            return Reply(text="first answer")
+        return Reply(text="second answer")
+
+    harness.llm.responder = respond
+    ts = await harness.mention("first question")
+    await until(lambda: len(harness.llm.requests) == 1)
+    notes = harness.slack.add_file("notes.txt", b"The reply's attachment.\n", user=BOB)
+    harness.slack.download_gate = asyncio.Event()
+    reply_ts = next_ts()
+    text = f"<@{BOT}> and the attachment?"
+    harness.slack.add_message("C1", text, BOB, ts=reply_ts, thread_ts=ts)
+    event = {"type": "app_mention", "user": BOB, "text": text, "ts": reply_ts}
+    event |= {"thread_ts": ts, "channel": "C1", "event_ts": reply_ts, "team": TEAM}
+    response = await harness.send_event(event | {"files": [notes]})
+    assert response.status == 200
+    # The reply is taken for the running turn, and its file is being read.
+    await until(lambda: harness.slack.downloads_waiting == 1)
+    (run_id,) = harness.surface.turns.runs
+    answer.set()
+    # The turn ends (its record is closed first) while the reply is still being read.
+    async with asyncio.timeout(30):
+        while (record := await harness.surface.turns.run_store.get(run_id)) is None or (  # noqa: ASYNC110
+            record.state != FINISHED
+        ):
+            await asyncio.sleep(0.01)
+    harness.slack.download_gate.set()
+    await until(lambda: "second answer" in json.dumps(harness.thread("C1", ts)))
+    await harness.settle()
+    second = harness.llm.requests[-1]
+    assert any("The reply's attachment." in text for text in user_texts(second))
+    stored = await harness.surface.turns.inbox.find("C1", reply_ts)
+    assert stored is not None and stored.state == DONE
