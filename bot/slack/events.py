@@ -9,15 +9,13 @@ and left alone instead.
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
-logger = logging.getLogger(__name__)
+from bot.ids import SLACK_ID_CHARS, SlackId
 
-# As long as the database columns that keep them (bot/store/models.py).
-SLACK_ID_CHARS = 32
-SlackId = Annotated[StrictStr, Field(min_length=1, max_length=SLACK_ID_CHARS)]
+logger = logging.getLogger(__name__)
 
 
 class MessageEvent(BaseModel):

@@ -32,8 +32,8 @@ from typing import Any, Protocol, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from bot.ids import SlackId
 from bot.sessions.surface import Where
-from bot.slack.events import SlackId
 from bot.store.thread_inbox import DROPPED, NEW, ThreadMessage
 from bot.store.windows import TriggerWindows
 from bot.triggers.book import TriggerBook
