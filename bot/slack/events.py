@@ -18,6 +18,12 @@ from bot.ids import SLACK_ID_CHARS, SlackId
 logger = logging.getLogger(__name__)
 
 
+def channel_of(body: dict[str, Any]) -> str | None:
+    """The channel of an interaction payload (a click on a message, or in a view)."""
+    channel = (body.get("channel") or {}).get("id")
+    return channel or (body.get("container") or {}).get("channel_id")
+
+
 class MessageEvent(BaseModel):
     """A message or app_mention event from a person, as far as Baton reads it."""
 

@@ -47,6 +47,7 @@ from bot.slack.blocks import (
     tasks_panel,
     triggered_runs_block,
 )
+from bot.slack.events import channel_of
 from bot.slack.schedule_actions import ScheduleActions
 from bot.slack.thread_surface import SlackThreadSurface
 from bot.store.feedback import FeedbackStore
@@ -342,7 +343,7 @@ class Listeners:
     async def cancel_run(self, body: dict[str, Any]) -> None:
         user = body["user"]["id"]
         run_id = body["actions"][0]["value"]
-        channel = _channel_of(body)
+        channel = channel_of(body)
         # The run may live in another replica: the database knows who started it.
         run = await self.turns.run_info(run_id)
         if run is None or not run.going:
@@ -372,7 +373,7 @@ class Listeners:
         runs in that channel may ask, only in the run's own channel."""
         user = body["user"]["id"]
         run_id = str((body.get("actions") or [{}])[0].get("value") or "")
-        channel = _channel_of(body)
+        channel = channel_of(body)
         run = await self.turns.run_info(run_id) if run_id else None
         if run is None or channel != run.where.channel_id:
             if channel:
@@ -395,7 +396,7 @@ class Listeners:
     async def view_log(self, body: dict[str, Any]) -> None:
         task_id = body["actions"][0]["value"]
         detail = await self.tracker.get(task_id)
-        if detail is None or detail.task.channel_id != _channel_of(body):
+        if detail is None or detail.task.channel_id != channel_of(body):
             return  # never show another channel's task
         if await self._may_look_by(body, channel=detail.task.channel_id) is not None:
             return  # only from a forged click: the panel shows no logs to such people
@@ -520,7 +521,7 @@ class Listeners:
         """Merge or discard the branch of a task of the channel clicked in."""
         user = body["user"]["id"]
         task_id = str((body.get("actions") or [{}])[0].get("value") or "")
-        channel = _channel_of(body)
+        channel = channel_of(body)
         if not channel:
             return
         detail = await self.tracker.get(task_id) if task_id else None
@@ -549,7 +550,7 @@ class Listeners:
         do `doing` to it (its starter or an approver); they are told when they may not.
         A button's value carried to another channel reaches no task, whoever clicks it."""
         user = body["user"]["id"]
-        channel = _channel_of(body)
+        channel = channel_of(body)
         detail = await self.tracker.get(body["actions"][0]["value"])
         if detail is None or channel is None or detail.task.channel_id != channel:
             return None
@@ -603,7 +604,7 @@ class Listeners:
         (in `channel`, by default the one clicked in)."""
         if user != started_by:
             return await self.deciders.is_approver(user)
-        where = channel or _channel_of(body) or ""
+        where = channel or channel_of(body) or ""
         return await self._may_look_by(body, channel=where) is None
 
     # ------------------------------------------------------------------ feedback
@@ -617,7 +618,7 @@ class Listeners:
         user = (body.get("user") or {}).get("id")
         actions = body.get("actions") or [{}]
         parsed = parse_feedback(actions[0].get("value"))
-        channel = _channel_of(body)
+        channel = channel_of(body)
         if parsed is None or not isinstance(user, str) or not user or not channel:
             logger.info("ignored a feedback click that is not one of Baton's buttons")
             return
@@ -645,7 +646,7 @@ class Listeners:
     async def decide(self, body: dict[str, Any], *, approve: bool) -> None:
         user = body["user"]["id"]
         result = await self.approvals.click(approval_value(body), user=user, approve=approve)
-        channel = _channel_of(body)
+        channel = channel_of(body)
         if result.message and channel:
             await self._ephemeral(channel, user, result.message)
 
@@ -656,12 +657,7 @@ class Listeners:
                 approval_value(body),
                 trigger_id=body["trigger_id"],
                 view=body.get("view"),
-                channel=_channel_of(body),
+                channel=channel_of(body),
             ),
             "show_arguments",
         )
-
-
-def _channel_of(body: dict[str, Any]) -> str | None:
-    channel = (body.get("channel") or {}).get("id")
-    return channel or (body.get("container") or {}).get("channel_id")

@@ -26,6 +26,7 @@ from bot.access.directory import Directory, includes
 from bot.access.refusal import Refusal
 from bot.sessions.turns import AccessGate
 from bot.slack.blocks import Block
+from bot.slack.events import channel_of
 from bot.slack.schedule_views import (
     AGENT_BLOCK,
     CHANNEL_BLOCK,
@@ -44,10 +45,9 @@ from bot.slack.schedule_views import (
     parse_schedule_value,
     schedule_form,
     schedule_modal,
-    slack_date,
 )
 from bot.triggers.definitions import AgentName, TriggerName, check_cron, check_timezone
-from bot.triggers.scheduler import ScheduleInfo, Scheduler
+from bot.triggers.scheduler import ScheduleInfo, Scheduler, slack_date
 
 logger = logging.getLogger(__name__)
 
@@ -387,7 +387,7 @@ class ScheduleActions:
         they clicked in is shown again with what happened."""
         user = (body.get("user") or {}).get("id")
         parsed = parse_schedule_value(((body.get("actions") or [{}])[0]).get("value"))
-        channel = _channel_of(body)
+        channel = channel_of(body)
         home = (body.get("view") or {}).get("type") == "home"
         if not isinstance(user, str) or not user or parsed is None or (not home and not channel):
             logger.info("ignored a schedule click that is not one of Baton's buttons")
@@ -488,8 +488,3 @@ def _sentence(text: str) -> str:
 
 def _mention(user_id: str) -> str:
     return f"<@{user_id}>" if user_id[:1] in ("U", "W") and user_id.isalnum() else user_id
-
-
-def _channel_of(body: dict[str, Any]) -> str | None:
-    channel = (body.get("channel") or {}).get("id")
-    return channel or (body.get("container") or {}).get("channel_id")

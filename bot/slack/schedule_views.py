@@ -10,12 +10,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from bot.slack.blocks import Block, button, context_block, section_block
 from bot.slack.text import escape_mrkdwn
-from bot.triggers.scheduler import ScheduleInfo
+from bot.triggers.scheduler import ScheduleInfo, slack_date
 
 # The modal: its callback id, and where each field sits in `view.state` (block id and
 # action id). An error sentence is shown under the field of its block id.
@@ -203,13 +202,6 @@ def parse_schedule_value(value: object) -> tuple[Literal["baton.yaml", "slack"],
         return None
     match = _VALUE.fullmatch(value)
     return (_SOURCES[match[1]], match[2]) if match else None
-
-
-def slack_date(when: datetime) -> str:
-    """A time as Slack shows it in the reader's own time zone, with UTC as the fallback."""
-    moment = when.astimezone(UTC)
-    fallback = moment.strftime("%Y-%m-%d %H:%M UTC")
-    return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} at {{time}}|{fallback}>"
 
 
 def _person(user_id: str | None) -> str:

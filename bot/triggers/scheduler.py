@@ -460,7 +460,7 @@ class Scheduler:
             return f"*{name}* is not paused."
         self._changed.set()
         logger.info("schedule %s resumed by %s", name, by)
-        return f"Resumed *{name}*; it next runs {_date(schedule.spec.next_after(now))}."
+        return f"Resumed *{name}*; it next runs {slack_date(schedule.spec.next_after(now))}."
 
     async def delete(self, name: str, *, by: str) -> str:
         """Delete a Slack-made schedule; baton.yaml's are changed in the file."""
@@ -561,7 +561,7 @@ def _reason(exc: Exception) -> str:
     return type(exc).__name__
 
 
-def _date(when: datetime) -> str:
+def slack_date(when: datetime) -> str:
     """A time as Slack shows it in the reader's own zone, with UTC as the fallback."""
     moment = when.astimezone(UTC)
     fallback = moment.strftime("%Y-%m-%d %H:%M UTC")
