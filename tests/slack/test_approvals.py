@@ -128,6 +128,9 @@ async def test_approvers_may_decide(strict: SlackHarness, approver: str) -> None
 async def test_a_double_click_changes_nothing(strict: SlackHarness) -> None:
     _, found = await ask_for(strict, "echo once >> count.txt")
     await click(strict, found, "baton_approve", ALICE)
+    # Each click is handled in a task of its own: Carol's Deny comes after Alice's
+    # Approve is decided, as a late click would, not in a race with it.
+    await until(lambda: f"Approved by <@{ALICE}>" in approval_message(strict, found))
     await click(strict, found, "baton_deny", CAROL)
     await click(strict, found, "baton_approve", ALICE)
     await strict.settle()
