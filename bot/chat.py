@@ -290,7 +290,12 @@ class TerminalTurnView:
             self.terminal.line(f"  {line}")
 
     async def answer(
-        self, text: str, *, agent: str | None = None, task_id: str | None = None
+        self,
+        text: str,
+        *,
+        end: RunEnd | None = None,
+        agent: str | None = None,
+        task_id: str | None = None,
     ) -> None:
         if agent is not None and task_id is not None:
             self._header(agent, task_id)

@@ -151,6 +151,8 @@ class RunParts:
     accepting: Callable[[], bool]
     # A channel's threads' worktrees, when its workspace has a git remote.
     workbench_for: Callable[[str | None], Workbench | None] = lambda _channel: None
+    # Frees the run's slot of `limits` for the next queued run (the run record is done).
+    free_slot: Callable[[str], Awaitable[None]]
     # Waits (bounded) until the tools of servers still starting can be offered.
     tools_ready: Callable[[], Awaitable[None]] | None = None
     # The run is a span, its model calls, tools and sub-agents under it (traces on).
@@ -242,8 +244,12 @@ async def _execute(
         await surface.report(run.where, reason)
     finally:
         _trace_end(span, end)
-        await asyncio.shield(asyncio.wait([showing]))  # the end is shown in the view
+        # The work is over: its slot of `limits` goes to the next queued run now, not
+        # after the surface has shown the end (Slack may take a while to).
+        await asyncio.shield(parts.free_slot(run.run_id))
+        # The view waits for what it was still opening, and shows the end in it.
         await asyncio.shield(view.finish(end))
+        await asyncio.shield(asyncio.wait([showing]))
         metrics.record_run(end.outcome.value)
     return end
 
@@ -334,19 +340,20 @@ class _Work:
             assert done is not None
             for message in errors:
                 await surface.report(run.where, self.parts.redact(message))
-            await self.view.answer(done.final_text)
+            end = RunEnd(
+                outcome=RunOutcome.of_stop(done.stop_reason),
+                turns=done.turns,
+                prompt_tokens=done.usage.prompt_tokens,
+                completion_tokens=done.usage.completion_tokens,
+                seconds=time.monotonic() - self.started,
+                children=tuple(children.values()),
+                run_tokens=self.budget.spent.total_tokens,
+            )
+            await self.view.answer(done.final_text, end=end)
         finally:
             if place is not None:
                 await asyncio.shield(self._keep_work(prompt.text))
-        return RunEnd(
-            outcome=RunOutcome.of_stop(done.stop_reason),
-            turns=done.turns,
-            prompt_tokens=done.usage.prompt_tokens,
-            completion_tokens=done.usage.completion_tokens,
-            seconds=time.monotonic() - self.started,
-            children=tuple(children.values()),
-            run_tokens=self.budget.spent.total_tokens,
-        )
+        return end
 
     async def agent(self, agent: str, prompt: Prompt) -> RunEnd:
         run, surface = self.run, self.parts.surface
@@ -379,9 +386,8 @@ class _Work:
         if outcome.state != "completed":
             # The failure leads: what was shown is rewritten to say it first.
             body = f"✗ {self.parts.redact(outcome.error or outcome.state)}\n\n{body}"
-        await self.view.answer(body, agent=agent, task_id=outcome.task_id)
         completed = outcome.state == "completed"
-        return RunEnd(
+        end = RunEnd(
             outcome=RunOutcome.DONE if completed else RunOutcome.FAILED,
             agent=agent,
             agent_state=None if completed else outcome.state,
@@ -390,6 +396,8 @@ class _Work:
             completion_tokens=outcome.usage.completion_tokens,
             seconds=time.monotonic() - self.started,
         )
+        await self.view.answer(body, end=end, agent=agent, task_id=outcome.task_id)
+        return end
 
     async def _place(self) -> Place | None:
         """The thread's own worktree, on a workspace with a git remote, with what the

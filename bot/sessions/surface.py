@@ -85,10 +85,16 @@ class TurnView(Protocol):
         ...
 
     async def answer(
-        self, text: str, *, agent: str | None = None, task_id: str | None = None
+        self,
+        text: str,
+        *,
+        end: RunEnd | None = None,
+        agent: str | None = None,
+        task_id: str | None = None,
     ) -> None:
-        """The run's final answer, whole (what was shown of it as it came included);
-        an `@agent` run's names its agent and task."""
+        """The run's final answer, whole (what was shown of it as it came included),
+        with how the run ended (`end`: what `finish` will be told) for a surface that
+        shows the two together; an `@agent` run's names its agent and task."""
         ...
 
     async def finish(self, end: RunEnd) -> None:

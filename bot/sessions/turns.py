@@ -184,6 +184,9 @@ class TurnMachine:
         self.results = FinishedResults(surface, sessions=parts.sessions, tracker=parts.tracker)
         self.runs: dict[str, ActiveRun] = {}  # by run id
         self.threads: dict[str, ActiveRun] = {}  # by session key
+        # Runs whose slot of `limits` is free already (their work is over; their
+        # surface may still be showing the end).
+        self._freed: set[str] = set()
         self._starting: set[str] = set()  # threads whose waiting turn pick_up is starting
         self._cancel_watch: asyncio.Task[None] | None = None
         self._steer_watch: asyncio.Task[None] | None = None
@@ -510,6 +513,7 @@ class TurnMachine:
             conversations_for=parts.conversations_for,
             agents_for=parts.agents_for,
             set_progress=self.run_store.set_progress,
+            free_slot=self._free_slot,
             spawn=self.spawn,
             accepting=lambda: self.accepting,
             workbench_for=parts.workbench_for,
@@ -517,9 +521,18 @@ class TurnMachine:
             tracing=parts.tracing,
         )
 
-    async def _end_turn(self, run: ActiveRun) -> None:
-        await self.run_store.finish(run.run_id)
+    async def _free_slot(self, run_id: str) -> None:
+        """The run's work is over: its record is done, and a run waiting for its slot
+        of `limits` (here, or on another replica through the signal) starts now."""
+        if run_id in self._freed:
+            return
+        self._freed.add(run_id)
+        await self.run_store.finish(run_id)
         self.admission.release()
+
+    async def _end_turn(self, run: ActiveRun) -> None:
+        await self._free_slot(run.run_id)  # when the run ended before its work began
+        self._freed.discard(run.run_id)
         if run.state is RunState.HANDED_OVER:
             # It never started: its question (and what reached it) waits again, in the
             # thread's order, and whoever runs the thread next reads it all.

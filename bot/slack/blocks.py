@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from bot.describe import format_duration, format_tokens
+from bot.describe import describe_end, format_duration, format_tokens
+from bot.outcomes import RunEnd
 from bot.slack.text import (
     ANSWER_PREVIEW_CHARS,
     BUTTON_VALUE_LIMIT,
@@ -253,6 +254,15 @@ def interrupted_message(run_id: str, *, retry: bool) -> TaskPostBack:
     if retry:
         blocks.append({"type": "actions", "elements": [_retry_button(run_id)]})
     return TaskPostBack(text=text, blocks=blocks, file=None)
+
+
+def ended_message(run_id: str, end: RunEnd) -> TaskPostBack:
+    """How a run that showed nothing else ended (cancelled before its progress showed,
+    or interrupted): its final state in words, and Retry when a restart stopped it."""
+    if end.retryable:
+        return interrupted_message(run_id, retry=True)
+    said = describe_end(end)
+    return TaskPostBack(text=said, blocks=[_context(said)], file=None)
 
 
 def progress_text(lines: Sequence[str], status: str) -> str:

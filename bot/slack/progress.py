@@ -4,8 +4,9 @@ Updates are the least urgent Slack calls (`Priority.PROGRESS` in the rate budget
 they take a slot only when `chat.update` has spare capacity, and the update is built
 after the slot is granted, so what is sent is the latest state, never a stale one;
 states that changed while it waited are coalesced into it. The post that creates
-the message and the final write (the outcome, replacing the Cancel button) are
-URGENT: a person is waiting on them.
+the message and the final write (the outcome, replacing the Cancel button) take
+the priority their caller gives: a run whose answer already says how it ended lets
+answers and approvals go first.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.slack.answers import patiently, retry_after
 from bot.slack.blocks import progress_blocks, progress_text
-from bot.slack.rate_budget import Priority, RateBudget, priority
+from bot.slack.rate_budget import NoRoom, Priority, RateBudget, priority
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,8 @@ VISIBLE_LINES = 12
 MIN_UPDATE_INTERVAL_S = 1.0
 FINAL_PATIENCE_S = 60.0
 START_PATIENCE_S = 30.0
+# How long a final write that may use spare capacity waits for it before taking its turn.
+SPARE_PATIENCE_S = 10.0
 
 # Of every progress message of the process, for benchmarks: "changes" (states shown
 # while running), "updates" (chat.update calls made for them), "finals".
@@ -71,8 +74,9 @@ class ProgressMessage:
         self._writer: asyncio.Task[None] | None = None
         self._last_write = 0.0
 
-    async def start(self) -> None:
-        """Post the message; if Slack will not take it, the run goes on without one."""
+    async def start(self, *, level: Priority = Priority.URGENT) -> None:
+        """Post the message (at `level` in Slack's budget); if Slack will not take it,
+        the run goes on without one."""
         posted: tuple[tuple[str, ...], str] = ((), "")
 
         async def post() -> AsyncSlackResponse:
@@ -87,7 +91,7 @@ class ProgressMessage:
             )
 
         try:
-            with priority(Priority.URGENT):
+            with priority(level):
                 response = await patiently(post, patience_s=START_PATIENCE_S)
         except SlackApiError as exc:
             logger.warning("no progress message for this run: %s", exc.response.get("error"))
@@ -154,9 +158,10 @@ class ProgressMessage:
         self.updates += 1
         self._last_write = time.monotonic()
 
-    async def finish(self, status: str, *, retry: bool = False) -> None:
-        """Write the final state (no Cancel button; a Retry button with `retry`);
-        retried through rate limits."""
+    async def finish(self, status: str, *, retry: bool = False, spare: bool = False) -> None:
+        """Write the final state (no Cancel button; a Retry button with `retry`),
+        retried through rate limits. With `spare`, it first waits a while for Slack's
+        spare capacity (answers and approvals go first), then takes its turn."""
         if self._writer is not None:
             self._writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -164,11 +169,25 @@ class ProgressMessage:
         self.status = status
         if self.ts is None:
             return
+
+        async def write() -> None:
+            await patiently(
+                lambda: self._write(running=False, retry=retry), patience_s=FINAL_PATIENCE_S
+            )
+
         try:
+            if spare and self.budget is not None:
+                try:
+                    async with self.budget.slot(
+                        "chat.update", self.channel, Priority.PROGRESS, within=SPARE_PATIENCE_S
+                    ):
+                        await write()
+                    totals["finals"] += 1
+                    return
+                except NoRoom:
+                    pass
             with priority(Priority.URGENT):
-                await patiently(
-                    lambda: self._write(running=False, retry=retry), patience_s=FINAL_PATIENCE_S
-                )
+                await write()
             totals["finals"] += 1
         except SlackApiError as exc:
             logger.warning("final progress update failed: %s", exc.response.get("error"))

@@ -2,9 +2,17 @@
 
 `SlackThreadSurface` reads message events into the machine's inbound messages and
 does in Slack what the machine asks (notes, refusals, reactions, Retry offers,
-finished background results). `SlackTurnView` shows one run: a progress message
-updated in place (with Cancel), the answer streamed into the thread with its tool
-steps as a timeline, and the thread's "is working…" status.
+finished background results). `SlackTurnView` shows one run: its answer streamed
+into the thread with its tool steps as a timeline and its final state beneath it
+and, for a run that works longer than `REVEAL_AFTER_S`, a progress message updated
+in place (with Cancel) and the thread's "is working…" status.
+
+Slack's per-workspace Tier-3 methods (`chat.update`, `assistant.threads.setStatus`:
+about 50 a minute for the whole deployment) are what a busy workspace runs out of,
+so a run that answers quickly calls none of them: its answer (one message, paced
+per channel) carries its final state. Only a run a person waits on shows more, and
+what it shows beyond the answer takes Slack's spare capacity, never an answer's or
+an approval's.
 """
 
 from __future__ import annotations
@@ -42,13 +50,15 @@ from bot.engine import (
     ToolStart,
 )
 from bot.forge.webhooks import forge_login
-from bot.outcomes import RunEnd
+from bot.outcomes import RunEnd, RunOutcome, StopCause
 from bot.sessions.surface import Prompt, RunTicket, Where
 from bot.sessions.workbench import PullContext, WorkChange
 from bot.slack.answers import post_messages, post_text
 from bot.slack.approvals import SlackApprovals
 from bot.slack.blocks import (
     TaskPostBack,
+    context_block,
+    ended_message,
     error_message,
     feedback_blocks,
     interrupted_message,
@@ -84,8 +94,9 @@ logger = logging.getLogger(__name__)
 # joins, bot messages) starts nothing.
 PERSON_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 STATUS_REFRESH_S = 90.0  # assistant thread status expires after two minutes
-# How long a thread status may wait for Slack's budget before it is skipped.
-STATUS_PATIENCE_S = 1.0
+# A run still working this long after it began shows a progress message (with
+# Cancel) and the thread's status; a quicker one shows only its answer.
+REVEAL_AFTER_S = 2.0
 MAX_CONTEXT_MESSAGES = 50
 MAX_CONTEXT_CHARS = 2_000
 MAX_REPLY_PAGES = 10
@@ -114,6 +125,9 @@ class SlackThreadSurface:
         self.names = directory
         self.files = FileReader(client)
         self.redact = redact
+        # How long a run works before its progress message and status show (tests
+        # that click Cancel at once set 0).
+        self.reveal_after_s = REVEAL_AFTER_S
         self.bot_user_id: str | None = None
         self.bot_id: str | None = None
         self.team_id: str | None = None
@@ -423,7 +437,9 @@ class SlackThreadSurface:
 
 
 class SlackTurnView:
-    """One run in its thread: progress message, streamed answer, thread status."""
+    """One run in its thread: the answer (streamed, with its steps as a timeline and
+    its final state beneath it); for a run that works long enough for a person to
+    wait on it, also a progress message (with Cancel) and the thread's status."""
 
     def __init__(self, surface: SlackThreadSurface, run: RunTicket) -> None:
         self.surface = surface
@@ -443,9 +459,29 @@ class SlackTurnView:
             budget=surface.budget,
         )
         self._status: asyncio.Task[None] | None = None
+        # Set once the work is over (answered or ended): nothing more needs showing.
+        self._over = asyncio.Event()
+        self._opening: asyncio.Task[Any] | None = None
+        self._working = False
+        self._answered = False
+        # Whether the thread's status was set (a message Baton posts afterwards clears it).
+        self._status_shown = False
 
     async def open(self) -> str | None:
-        await self.progress.start()
+        """The progress message, once the run has worked `reveal_after_s` without
+        being over; None (nothing posted) for a run that was quicker."""
+        self._opening = asyncio.current_task()
+        delay = self.surface.reveal_after_s
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._over.wait()
+        if self._over.is_set():
+            return None
+        # Answers and approvals take the channel's slots first.
+        await self.progress.start(level=Priority.STREAM)
+        if self.progress.ts is not None and self._working and not self._over.is_set():
+            self._start_status()
         return self.progress.ts
 
     def queued(self, place: QueuePosition) -> None:
@@ -453,7 +489,9 @@ class SlackTurnView:
 
     def working(self) -> None:
         self.progress.set_status(WORKING)
-        self._status = asyncio.create_task(self._keep_status(), name=f"status-{self.run.run_id}")
+        self._working = True
+        if self.progress.ts is not None:
+            self._start_status()  # shown while it was queued
 
     def show(self, event: RunEvent) -> None:
         if isinstance(event, TextDelta):
@@ -493,37 +531,85 @@ class SlackTurnView:
             self.progress.add(self.redact(f"[{agent}] {line}" if agent else line))
 
     async def answer(
-        self, text: str, *, agent: str | None = None, task_id: str | None = None
+        self,
+        text: str,
+        *,
+        end: RunEnd | None = None,
+        agent: str | None = None,
+        task_id: str | None = None,
     ) -> None:
+        # The work is done: a run that has not shown its progress yet never will.
+        self._over.set()
+        self._answered = True
         if agent is not None and task_id is not None:
             self.stream.prefix = direct_header(agent, task_id)
-        await self.stream.finish(text, footer=feedback_blocks(self.run.run_id))
+        footer = feedback_blocks(self.run.run_id)
+        if end is not None:
+            footer = [context_block(describe_end(end)), *footer]
+        await self.stream.finish(text, footer=footer)
 
     async def finish(self, end: RunEnd) -> None:
+        self._over.set()
+        opening = self._opening
+        if opening is not None and opening is not asyncio.current_task():
+            # A progress message being posted is waited for: its end is written below.
+            await asyncio.wait([opening])
         if self._status is not None:
             self._status.cancel()
             await asyncio.gather(self._status, return_exceptions=True)
         if self.stream.mode != "closed":
             # Ended without its answer (cancelled, failed): keep what was written.
             await self.stream.abandon()
-        await self.progress.finish(describe_end(end), retry=end.retryable)
+        if self.progress.ts is not None:
+            # With an answer, its last lines already say how it ended: the progress
+            # message's last write (the outcome in place of Cancel) takes Slack's
+            # spare capacity first. Without one, it is how the thread learns the end.
+            await self.progress.finish(
+                describe_end(end), retry=end.retryable, spare=self._answered
+            )
+        elif not self._answered and self._says_its_end(end):
+            await self.surface.post_blocks(self.run.where, ended_message(self.run.run_id, end))
+        if self._status_shown and not self._cleared_by_a_message():
+            with contextlib.suppress(SlackApiError):
+                await self._set_status("", level=Priority.URGENT)
+
+    @staticmethod
+    def _says_its_end(end: RunEnd) -> bool:
+        """Whether a run that showed nothing tells the thread how it ended: a hand-over
+        is silent (the thread's next run answers), and a refusal or an error was said
+        already."""
+        if end.outcome in (RunOutcome.HANDED_OVER, RunOutcome.REFUSED):
+            return False
+        return end.cause not in (StopCause.ERROR, StopCause.NO_TASK, StopCause.UNKNOWN_AGENT)
+
+    def _cleared_by_a_message(self) -> bool:
+        """Slack clears a thread's status when the app posts in the thread; the status
+        is set only while the answer has no message yet, so the answer's clears it."""
+        return self._answered or self.stream.ts is not None
+
+    def _start_status(self) -> None:
+        if self._status is None and not self._over.is_set():
+            self._status = asyncio.create_task(
+                self._keep_status(), name=f"status-{self.run.run_id}"
+            )
 
     async def _keep_status(self) -> None:
         """Show "is working…" under the thread (DMs and channel threads alike), refreshed
         before it expires; where Slack refuses it, the progress message suffices."""
         try:
-            while True:
-                await self._set_status("is working…")
+            while not self._over.is_set():
+                # Not once the answer shows: its message is the sign of work then.
+                if self.stream.ts is None and await self._set_status(
+                    "is working…", level=Priority.PROGRESS
+                ):
+                    self._status_shown = True
                 await asyncio.sleep(STATUS_REFRESH_S)
         except SlackApiError:
             return  # not an assistant thread, or the feature is off: the message path suffices
-        finally:
-            with contextlib.suppress(SlackApiError, asyncio.CancelledError):
-                await asyncio.shield(self._set_status(""))
 
-    async def _set_status(self, status: str) -> None:
-        """Set the thread's status if Slack's budget has room for it soon; a nicety, it
-        never makes an answer or an approval wait (skipped when there is no room)."""
+    async def _set_status(self, status: str, *, level: Priority) -> bool:
+        """Set the thread's status; a nicety that takes Slack's budget only when it has
+        room now (False, nothing sent, when it has none)."""
         budget = self.surface.budget
         call = functools.partial(
             self.client.assistant_threads_setStatus,
@@ -533,14 +619,14 @@ class SlackTurnView:
         )
         if budget is None:
             await call()
-            return
+            return True
         try:
-            async with budget.slot(
-                "assistant.threads.setStatus", None, Priority.URGENT, within=STATUS_PATIENCE_S
-            ):
+            async with budget.slot("assistant.threads.setStatus", None, level, within=0.0):
                 await call()
         except NoRoom:
             logger.debug("no room in Slack's budget for the thread status; skipped")
+            return False
+        return True
 
 
 def direct_header(agent: str, task_id: str) -> str:

@@ -124,7 +124,12 @@ class RecordingView:
         self._record("show_direct", update)
 
     async def answer(
-        self, text: str, *, agent: str | None = None, task_id: str | None = None
+        self,
+        text: str,
+        *,
+        end: RunEnd | None = None,
+        agent: str | None = None,
+        task_id: str | None = None,
     ) -> None:
         self._record("answer", Shown(text, agent, task_id))
 

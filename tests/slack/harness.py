@@ -216,12 +216,14 @@ async def start_harness(
     *,
     rate_budget: RateBudget | None = None,
     trigger_clock: Clock = SYSTEM_CLOCK,
+    reveal_after_s: float = 0.0,
     **overrides: Any,
 ) -> AsyncIterator[SlackHarness]:
     """The bot on the fakes. Slack calls are paced by `rate_budget`: by default Slack's
     limits a hundred times as fast (the fake does not enforce limits unless asked;
     tests of pacing and the benchmarks pass a real `RateBudget()`). Schedules' fire
     times are computed with `trigger_clock` (tests of schedules pass one they drive).
+    Runs show their progress message after `reveal_after_s` (production: 2 s).
 
     The database is SQLite in `tmp_path`, or with BATON_TEST_DATABASE=postgresql a fresh
     PostgreSQL database of its own, dropped afterwards (unless `database_url` is given)."""
@@ -229,13 +231,22 @@ async def start_harness(
         if "database_url" not in overrides and harness_database_kind() == "postgresql":
             overrides["database_url"] = await stack.enter_async_context(fresh_postgres())
         async for harness in _start_harness(
-            tmp_path, rate_budget=rate_budget, trigger_clock=trigger_clock, **overrides
+            tmp_path,
+            rate_budget=rate_budget,
+            trigger_clock=trigger_clock,
+            reveal_after_s=reveal_after_s,
+            **overrides,
         ):
             yield harness
 
 
 async def _start_harness(
-    tmp_path: Path, *, rate_budget: RateBudget | None, trigger_clock: Clock, **overrides: Any
+    tmp_path: Path,
+    *,
+    rate_budget: RateBudget | None,
+    trigger_clock: Clock,
+    reveal_after_s: float,
+    **overrides: Any,
 ) -> AsyncIterator[SlackHarness]:
     async with FakeSlackAPI(bot_user_id=BOT) as slack, FakeOpenAI() as llm:
         slack.add_user(ALICE, "alice", real_name="Alice Liddell", display_name="Alice")
@@ -256,6 +267,9 @@ async def _start_harness(
                 rate_budget=rate_budget or RateBudget.scaled(TEST_BUDGET_SPEED),
                 trigger_clock=trigger_clock,
             )
+            # Runs show their progress message (Cancel) at once, as tests click it;
+            # tests of the delay itself start the harness with `reveal_after_s`.
+            surface.threads.reveal_after_s = reveal_after_s
             await surface.start()
             cleanup.push_async_callback(surface.stop, TEARDOWN_GRACE_S)
             server = HttpServer(surface, host="127.0.0.1", port=0)
