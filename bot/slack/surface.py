@@ -173,6 +173,11 @@ def build_bolt_app(
             signing_secret=settings.slack_signing_secret or "",
             # Socket Mode messages are not signed; HTTP requests always are checked.
             request_verification_enabled=not settings.socket_mode,
+            # Every listener acks and hands its work to a task at once, so Slack's
+            # answer waits for nothing more: without this, Bolt runs the listener in a
+            # task of its own and polls every 10 ms for its ack, which each ack paid.
+            # (And a listener's tasks are owned before Slack hears back.)
+            process_before_response=True,
         )
     finally:
         if hidden is not None:

@@ -25,6 +25,9 @@ from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 import aiohttp
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from tests.databases import fresh_postgres
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest
@@ -177,6 +180,52 @@ class Cluster:
         )
 
     # ------------------------------------------------------------- waiting
+
+    async def quiet(self, within: float = 30.0) -> None:
+        """Until nothing goes on anywhere: no replica runs a turn, no run is running or
+        queued, and no stored message waits for a turn or is held by one. Whatever what
+        came in would still start has started (and ended) then: tests wait on this to
+        prove that nothing else happened, instead of sleeping."""
+        engine = create_async_engine(
+            make_url(self.database_url).set(drivername="postgresql+asyncpg")
+        )
+        deadline = time.monotonic() + within
+        try:
+            while busy := await self._busy(engine):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"still busy after {within:.0f} s: {busy}\n{self.logs()}")
+                await asyncio.sleep(0.1)
+        finally:
+            await engine.dispose()
+
+    async def _busy(self, engine: AsyncEngine) -> list[str]:
+        busy = []
+        for replica in self.replicas:
+            if not replica.running:
+                continue
+            with contextlib.suppress(aiohttp.ClientConnectionError):
+                async with self.http.get(f"{replica.url}/healthz") as response:
+                    if (runs := (await response.json()).get("runs")) != 0:
+                        busy.append(f"replica {replica.name} runs {runs}")
+        async with engine.connect() as connection:
+            waiting = (
+                await connection.execute(
+                    text(
+                        "SELECT count(*) FROM thread_messages "
+                        "WHERE state IN ('new', 'pending', 'taken')"
+                    )
+                )
+            ).scalar_one()
+            runs = (
+                await connection.execute(
+                    text("SELECT count(*) FROM runs WHERE state IN ('running', 'queued')")
+                )
+            ).scalar_one()
+        if waiting:
+            busy.append(f"{waiting} messages waiting or taken")
+        if runs:
+            busy.append(f"{runs} runs running or queued")
+        return busy
 
     async def until(
         self, condition: Callable[[], bool], *, within: float = 20.0, what: str = "condition"

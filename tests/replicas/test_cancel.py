@@ -33,7 +33,7 @@ async def test_cancel_clicked_on_the_other_replica_stops_the_run(tmp_path: Path)
             lambda: f"Cancelled by <@{ALICE}>" in c.thread_text("C1", ts),
             within=15, what="the run ended as cancelled",
         )  # fmt: skip
-        await asyncio.sleep(2)
+        await c.quiet()
         assert len(c.llm.requests) == 1, c.logs()
         assert c.find_button("C1", ts, "baton_cancel_run") is None, c.thread_text("C1", ts)
         assert "Interrupted" not in c.thread_text("C1", ts)

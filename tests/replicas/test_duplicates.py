@@ -31,7 +31,7 @@ async def test_one_event_delivered_to_both_replicas_runs_once(tmp_path: Path) ->
             lambda: "The one and only answer." in c.thread_text("C1", ts),
             what="the answer posted",
         )
-        await asyncio.sleep(3)  # time for a second run to show itself, if there were one
+        await c.quiet()  # a second run would have shown itself
         assert len(c.llm.requests) == 1, c.logs()
         answers = [
             m for m in c.thread("C1", ts)

@@ -57,7 +57,7 @@ async def test_two_mentions_of_a_thread_on_two_replicas_run_one_after_the_other(
         await c.until(
             lambda: "ANSWER-TWO" in c.thread_text("C1", root), within=30, what="both answers"
         )
-        await asyncio.sleep(2)  # a stray third turn would show itself
+        await c.quiet()  # a stray third turn would have shown itself
         main = [call for call in calls if is_main(call.request)]
         assert len(main) == 2, [contents(call.request) for call in main]
         first, second = main
@@ -109,7 +109,7 @@ async def test_a_reply_on_the_other_replica_steers_the_run(tmp_path: Path) -> No
             lambda: "eyes" in c.slack.reactions.get(("C1", steer), []),
             within=5, what="the 👀 on the steering message",
         )  # fmt: skip
-        await asyncio.sleep(2)
+        await c.quiet()
         assert len(main) == 2, "the steering message also started a turn of its own"
         thread = c.thread_text("C1", root)
         assert "Not handled" not in thread, thread
