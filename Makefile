@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # workers fill a 2-core machine; `make test TEST_WORKERS=0` runs them in one process.
 # worksteal: an idle worker takes tests queued for a busy one (one test takes ~80 s).
 TEST_WORKERS ?= 4
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 .PHONY: run chat test test-postgres lint bench image clean
 

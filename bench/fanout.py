@@ -32,6 +32,7 @@ from pathlib import Path
 from bench.settings import bench_settings
 from bot.app import build_baton
 from bot.slack.rate_budget import CHANNEL_MESSAGES, CHANNEL_METHODS, RateBudget
+from bot.slack.thread_surface import REVEAL_AFTER_S
 from bot.store import SessionKey
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
 from tests.fakes.slack_api import RecordedCall
@@ -129,7 +130,10 @@ async def measure_slack(children: int, latency: float, *, submit: bool = True) -
     deployed, at Slack's real pace."""
     with tempfile.TemporaryDirectory() as directory:
         harnesses = start_harness(
-            Path(directory), rate_budget=RateBudget(), max_background_tasks=children
+            Path(directory),
+            rate_budget=RateBudget(),
+            reveal_after_s=REVEAL_AFTER_S,
+            max_background_tasks=children,
         )
         async with contextlib.aclosing(harnesses):
             async for harness in harnesses:
@@ -226,6 +230,12 @@ def main() -> None:
             f"children ending with {how}: first child request to last result posted "
             f"{took:6.2f} s   {ratio:.2f}x the ideal ({ideal_slack:.2f} s); the "
             f"{args.children} results came in {messages:g} message(s)"
+        )
+        target = args.latency + CHANNEL_MESSAGES.interval
+        verdict = "met" if took <= target else "NOT met"
+        print(
+            f"=== target: within the model latency plus one channel interval "
+            f"({target:.2f} s): {verdict}"
         )
 
 

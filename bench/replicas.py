@@ -1,4 +1,5 @@
-"""Replicas: 200 mentions over 10 s against one and against two `python -m bot` replicas.
+"""Replicas (P10): 200 mentions over 10 s against one and two `python -m bot` replicas,
+beside a floor: a minimal Bolt app that posts one message per mention.
 
 Run: `.venv/bin/python -m bench.replicas [--mentions N] [--over S] [--latency S]
 [--database-url URL]`. Needs a PostgreSQL server where the user may create databases
@@ -12,8 +13,13 @@ over `--over` seconds. Printed per configuration: how many were answered, the ac
 latency (the HTTP response time of the event POST, what Slack waits for), the time
 until the last answer, the throughput, and the Slack Web API calls made. Baton paces
 its Slack calls at Slack's real limits, shared by every replica through the database,
-while the fake Slack answers at once: the figure "Slack pacing needs" is the least time
-those calls take at Baton's budget, the likely bound when it is near the time taken.
+and the fake Slack enforces Slack's documented tiers and its one message a second per
+channel (HTTP 429 past them): "Slack pacing needs" is the least time those calls take at
+Baton's budget, the likely bound when it is near the time taken.
+
+The floor (`bench/bolt_floor.py`, a process of its own) gets the same mentions against
+the same kind of fake, with no model: what Slack's pace alone allows. Targets: every
+mention answered, no 429, and the last answer within 2x the floor's last answer.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import contextlib
 import os
 import re
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -38,17 +45,20 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from bot.slack.rate_budget import METHOD_LIMITS, UNKNOWN_METHOD
 from tests.fakes.openai_api import RecordedRequest, Reply
-from tests.replicas.harness import Cluster, cluster, text_of
+from tests.replicas.harness import Cluster, Replica, cluster, collect_lines, text_of
 from tests.slack.harness import BOT
 
 QUESTION = re.compile(r"question (-?\d+)")
 # At Slack's real pace the last answers come a while after the last mention.
 SETTLE_S = 600.0
+REPOSITORY = Path(__file__).resolve().parents[1]
+TARGET_RATIO = 2.0
+TIER_3 = frozenset(name for name, limit in METHOD_LIMITS.items() if limit.per_minute == 45)
 
 
 @dataclass
 class Figures:
-    replicas: int
+    replicas: int  # 0: the floor
     sent: int
     answered: int
     acks_ms: list[float]
@@ -56,6 +66,7 @@ class Figures:
     last_answer_s: float
     calls: Counter[str]
     max_in_flight: int
+    rate_limited: int
 
     @property
     def throughput(self) -> float:
@@ -99,16 +110,33 @@ def answered(c: Cluster, channel: str, ts: str, n: int) -> bool:
     return any(m.get("user") == BOT and needle in text_of(m) for m in c.thread(channel, ts)[1:])
 
 
+async def start_floor(c: Cluster) -> Replica:
+    """The floor's process, on the cluster's fakes, as a replica is."""
+    env = c.environment("floor")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.bolt_floor", cwd=REPOSITORY, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    floor = Replica(name="floor", env=env, process=process)
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            floor.readers.append(asyncio.create_task(collect_lines(stream, floor.output)))
+    c.replicas.append(floor)
+    await c.wait_healthy(floor)
+    return floor
+
+
 async def measure(
     server: str, *, replicas: int, mentions: int, over: float, latency: float, channels: int,
     people: int,
 ) -> Figures:  # fmt: skip
     with tempfile.TemporaryDirectory() as directory:
         async with fresh_database(server) as url, cluster(Path(directory), database_url=url) as c:
-            started = await c.start(replicas)
-            c.llm.responder = answer(latency)
+            # The workspace's people exist before Baton starts (it reads them at start).
             for n in range(people):
                 c.slack.add_user(f"UPERSON{n}", f"person{n}")
+            started = await c.start(replicas) if replicas else [await start_floor(c)]
+            c.llm.responder = answer(latency)
             # Warm up each replica (Bolt, database pools) before timing anything.
             warm = [await c.mention(r, f"question {-1 - i}") for i, r in enumerate(started)]
             await c.until(
@@ -118,6 +146,7 @@ async def measure(
             await asyncio.sleep(2)
             c.slack.clear_calls()
             c.llm.max_in_flight = 0
+            c.slack.enforce_slack_limits()  # from full buckets
 
             acks: list[float] = []
             statuses: list[int] = []
@@ -152,8 +181,9 @@ async def measure(
             return Figures(
                 replicas=replicas, sent=mentions, answered=done, acks_ms=acks,
                 refused=sum(1 for s in statuses if s != 200), last_answer_s=last - began,
-                calls=Counter(call.method for call in c.slack.calls),
+                calls=Counter(call.method for call in c.slack.calls if not call.rate_limited),
                 max_in_flight=c.llm.max_in_flight,
+                rate_limited=len(c.slack.rate_limited_calls()),
             )  # fmt: skip
 
 
@@ -170,15 +200,22 @@ def pacing_bound(calls: Counter[str]) -> tuple[float, str]:
 
 def report(figures: Figures, *, latency: float) -> None:
     acks = figures.acks_ms
-    print(f"--- {figures.replicas} replica{'s' if figures.replicas > 1 else ''}")
+    if figures.replicas:
+        print(f"--- {figures.replicas} replica{'s' if figures.replicas > 1 else ''}")
+    else:
+        print("--- floor: a minimal Bolt app, one message per mention, no model")
     print(f"answered        {figures.answered}/{figures.sent}   (refused acks: {figures.refused})")
+    tier_3 = sum(n for name, n in figures.calls.items() if name in TIER_3)
+    print(f"HTTP 429        {figures.rate_limited}   Tier-3 calls: {tier_3} "
+          f"({tier_3 / max(1, figures.answered):.2f} a run)")  # fmt: skip
     print(
         f"ack latency     p50 {statistics.median(acks):7.1f} ms   "
         f"p99 {percentile(acks, 0.99):7.1f} ms   max {max(acks):7.1f} ms"
     )
     print(f"last answer     {figures.last_answer_s:6.1f} s after the first mention")
     print(f"throughput      {figures.throughput:6.2f} answers/s")
-    print(f"model calls     at most {figures.max_in_flight} at once ({latency:.1f} s each)")
+    if figures.replicas:
+        print(f"model calls     at most {figures.max_in_flight} at once ({latency:.1f} s each)")
     bound, method = pacing_bound(figures.calls)
     print(f"Slack pacing needs at least {bound:5.1f} s (set by {method})")
     print("Slack Web API calls until the last answer:")
@@ -189,14 +226,25 @@ def report(figures: Figures, *, latency: float) -> None:
 
 async def run(args: argparse.Namespace, server: str) -> None:
     results = []
-    for replicas in (1, 2):
+    for replicas in (0, 1, 2):
         figures = await measure(
             server, replicas=replicas, mentions=args.mentions, over=args.over,
             latency=args.latency, channels=args.channels, people=args.people,
         )  # fmt: skip
         report(figures, latency=args.latency)
         results.append(figures)
-    one, two = results
+    floor, one, two = results
+    for figures in (one, two):
+        ratio = figures.last_answer_s / floor.last_answer_s
+        met = (
+            figures.answered == figures.sent and figures.rate_limited == 0
+            and ratio <= TARGET_RATIO
+        )  # fmt: skip
+        print(
+            f"=== {figures.replicas} replica{'s' if figures.replicas > 1 else ''}: last answer "
+            f"{figures.last_answer_s:.1f} s = {ratio:.2f}x the floor's {floor.last_answer_s:.1f} s "
+            f"(target <= {TARGET_RATIO:g}x, all answered, no 429): {'met' if met else 'NOT met'}"
+        )
     ratio = two.throughput / one.throughput if one.throughput else float("nan")
     print(f"=== throughput 2 replicas / 1 replica: {ratio:.2f}")
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bot.slack import progress
 from bot.slack.rate_budget import Priority, RateBudget
+from bot.slack.thread_surface import REVEAL_AFTER_S
 from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec
 from tests.slack.harness import SlackHarness, start_harness
 
@@ -62,7 +63,9 @@ def rate_limited(harness: SlackHarness) -> list[object]:
 
 async def measure(runs: int, latency: float, speed: float) -> None:
     with tempfile.TemporaryDirectory() as directory:
-        async for harness in start_harness(Path(directory), rate_budget=RateBudget()):
+        async for harness in start_harness(
+            Path(directory), rate_budget=RateBudget(), reveal_after_s=REVEAL_AFTER_S
+        ):
             harness.llm.responder = lambda request: answer(request, latency)
             for n in range(runs):
                 harness.slack.add_user(f"UPERSON{n}", f"person{n}")
