@@ -47,6 +47,7 @@ from bot.slack.blocks import (
     tasks_panel,
     triggered_runs_block,
 )
+from bot.slack.directory import SlackDirectory
 from bot.slack.events import channel_of
 from bot.slack.schedule_actions import ScheduleActions
 from bot.slack.thread_surface import SlackThreadSurface
@@ -100,6 +101,8 @@ class ListenerParts:
     watched: Callable[..., Awaitable[ThreadMessage | None]] | None = None
     # `/tasks schedule`, `/tasks schedules` and App Home's schedules.
     schedules: ScheduleActions | None = None
+    # Who people are: kept fresh by user_change and team_join.
+    directory: SlackDirectory | None = None
 
 
 class Listeners:
@@ -121,6 +124,9 @@ class Listeners:
         app.event("app_mention")(self.handle_app_mention)
         app.event("message")(self.handle_message)
         app.event("app_home_opened")(self.handle_app_home_opened)
+        if self.parts.directory is not None:
+            app.event("user_change")(self.parts.directory.handle_user_event)
+            app.event("team_join")(self.parts.directory.handle_user_event)
         app.command("/tasks")(self.handle_tasks_command)
         app.action(CANCEL_RUN)(self.handle_cancel_run)
         app.action(VIEW_LOG)(self.handle_view_log)

@@ -101,6 +101,7 @@ METHOD_LIMITS: Mapping[str, Limit] = {
     "conversations.replies": TIER_3,
     "conversations.history": TIER_3,
     "users.info": TIER_4,
+    "users.list": TIER_2,
     "users.lookupByEmail": TIER_3,
     "usergroups.users.list": TIER_2,
     "reactions.add": TIER_3,

@@ -207,7 +207,9 @@ class SlackSurface:
         self.budget = rate_budget or RateBudget(rate_store_for(baton.database))
         self.client: CountingWebClient = build_web_client(settings, budget=self.budget)
         self.app = build_bolt_app(settings, self._authorizer(), budget=self.budget)
-        self.directory = SlackDirectory(self.client)
+        # People are read ahead (users.list) once started; changes reach other replicas
+        # through the signals.
+        self.directory = SlackDirectory(self.client, signals=baton.signals)
         self.deciders = Deciders(
             self.directory, settings.approvers, self_approval=settings.self_approval
         )
@@ -269,6 +271,7 @@ class SlackSurface:
                 redact=baton.redact,
                 watched=self.triggers.watched,
                 schedules=self.schedule_actions,
+                directory=self.directory,
             )
         )
         self.listeners.register(self.app)
@@ -358,6 +361,7 @@ class SlackSurface:
     async def start(self) -> None:
         """Post background results to their threads; close what a restart interrupted."""
         await self.threads.identify()
+        self.directory.start(team_id=self.threads.team_id)
         self.baton.tracker.on_finish(self.turns.post_task_finished)
         self.baton.instances.on_lost(self.turns.on_lost)
         self.baton.start_heartbeat()
@@ -393,6 +397,7 @@ class SlackSurface:
         `grace_s` seconds; end what still runs then as interrupted by a restart."""
         self.turns.accepting = False
         await self.triggers.stop()
+        await self.directory.close()
         if self._maintenance is not None:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)

@@ -341,6 +341,23 @@ def _paginate(
     return page, has_more, _encode_cursor(offset + limit) if has_more else ""
 
 
+def _encode_user_cursor(user_id: str) -> str:
+    return base64.b64encode(f"user:{user_id}".encode()).decode()
+
+
+def _decode_user_cursor(cursor: Any) -> str:
+    """The id a users.list page ended at ("" for the first page)."""
+    if cursor is None or cursor == "":
+        return ""
+    try:
+        prefix, _, user_id = base64.b64decode(str(cursor), validate=True).decode().partition(":")
+    except ValueError:
+        _fail("invalid_cursor")
+    if prefix != "user" or not user_id:
+        _fail("invalid_cursor")
+    return user_id
+
+
 def _ts_window(params: dict[str, Any]) -> Callable[[str], bool]:
     """Return a predicate implementing ``oldest`` / ``latest`` / ``inclusive``."""
     inclusive = _truthy(params.get("inclusive"))
@@ -683,6 +700,7 @@ class FakeSlackAPI(FakeServer):
             "conversations.replies": self._conversations_replies,
             "conversations.history": self._conversations_history,
             "users.info": self._users_info,
+            "users.list": self._users_list,
             "users.lookupByEmail": self._users_lookup_by_email,
             "usergroups.users.list": self._usergroups_users_list,
             "views.open": self._views_open,
@@ -981,7 +999,7 @@ class FakeSlackAPI(FakeServer):
         team_id: str | None = None,
         enterprise_id: str | None = None,
     ) -> dict[str, Any]:
-        """Seed a user for ``users.info`` / ``users.lookupByEmail``.
+        """Seed a user for ``users.info`` / ``users.list`` / ``users.lookupByEmail``.
 
         Args:
             user_id: User id, e.g. ``"U123"``.
@@ -1762,6 +1780,22 @@ class FakeSlackAPI(FakeServer):
         if user is None:
             _fail("user_not_found")
         return {"ok": True, "user": copy.deepcopy(user)}
+
+    def _users_list(self, params: dict[str, Any]) -> dict[str, Any]:
+        # Slack's cursor names where the previous page ended (ids in order), so people
+        # added meanwhile shift no page. No `limit` (or 0): everyone at once, as Slack
+        # tries to; more than 1000 a page is not given.
+        limit = _int_param(params, "limit", 0)
+        limit = min(limit, 1000) if limit > 0 else len(self.users)
+        after = _decode_user_cursor(params.get("cursor"))
+        ids = sorted(user_id for user_id in self.users if user_id > after)
+        page, rest = ids[:limit], ids[limit:]
+        return {
+            "ok": True,
+            "members": [copy.deepcopy(self.users[user_id]) for user_id in page],
+            "cache_ts": int(time.time()),
+            "response_metadata": {"next_cursor": _encode_user_cursor(page[-1]) if rest else ""},
+        }
 
     def _users_lookup_by_email(self, params: dict[str, Any]) -> dict[str, Any]:
         email = _require(params, "email", "users_not_found")

@@ -57,6 +57,7 @@ SLACK_TIERS: dict[str, int] = {
     "conversations.replies": 3,
     "conversations.history": 3,
     "users.info": 4,
+    "users.list": 2,
     "usergroups.users.list": 2,
     "reactions.add": 3,
     "views.open": 4,

@@ -72,6 +72,7 @@ METHOD_SCOPES: dict[str, frozenset[str]] = {
     "conversations.info": frozenset({"channels:read", "groups:read", "im:read", "mpim:read"}),
     "conversations.open": frozenset({"channels:manage", "groups:write", "im:write", "mpim:write"}),
     "users.info": frozenset({"users:read"}),
+    "users.list": frozenset({"users:read"}),
     "usergroups.users.list": frozenset({"usergroups:read"}),
     "views.open": NONE,
     "views.update": NONE,
@@ -114,6 +115,8 @@ EVENT_SCOPES: dict[str, str | None] = {
     "message.groups": "groups:history",
     "message.mpim": "mpim:history",
     "app_home_opened": None,
+    "user_change": "users:read",
+    "team_join": "users:read",
     "assistant_thread_started": "assistant:write",
     "assistant_thread_context_changed": "assistant:write",
 }
@@ -143,6 +146,8 @@ REQUIRED_EVENTS = {
     "message.channels",
     "message.groups",
     "app_home_opened",
+    "user_change",
+    "team_join",
 }
 
 # slack_sdk helpers that are not one Web API method each.
