@@ -45,7 +45,7 @@ from bot.sessions.surface import Surface, Where
 from bot.sessions.workbench import Workbench
 from bot.store import Database, SessionKey, SessionStore
 from bot.store.instances import Instances
-from bot.store.runs import FINISHED, QUEUED, RUNNING, RunStore
+from bot.store.runs import FINISHED, QUEUED, RUNNING, RunRecord, RunStore
 from bot.store.signals import Signals
 from bot.store.tasks import TaskRecord
 from bot.store.thread_inbox import (
@@ -796,8 +796,8 @@ class TurnMachine:
                 self.spawn(self._start_waiting(key), f"waiting-{message.id}", run=True)
 
     def _ours(self, session_key: str) -> bool:
-        """Whether a session is of this machine's surface: the others' are theirs."""
-        return SessionKey.parse(session_key).kind == self.surface.kind
+        """Whether a session is this machine's surface's: the others' are theirs."""
+        return self.surface.serves(SessionKey.parse(session_key))
 
     async def _dispatch_unclaimed(self, message: ThreadMessage) -> None:
         if await self.inbox.take_over(message, holder=self.instances.id):
@@ -821,6 +821,21 @@ class TurnMachine:
                 continue  # another replica closed it first
             retryable = await self.inbox.end_run(record.id, INTERRUPTED_STATE) > 0
             await self.surface.show_interrupted(record, retryable=retryable)
+
+    @property
+    def running(self) -> int:
+        """How many runs this machine has going (for health reports)."""
+        return len(self.runs)
+
+    async def triggered_runs(
+        self, *, channel_id: str | None = None, user_id: str | None = None, limit: int = 10
+    ) -> list[RunRecord]:
+        """Runs a trigger started, newest first: of one channel, of one owner, or both."""
+        return await self.run_store.triggered(channel_id=channel_id, user_id=user_id, limit=limit)
+
+    async def prune(self) -> None:
+        """Forget the thread messages kept past their week."""
+        await self.inbox.prune()
 
     async def tidy(self) -> None:
         """Take care of what processes that are gone left: their runs, leases and

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -29,7 +29,6 @@ from bot.slack.approval_views import (
 )
 from bot.store.approvals import ApprovalRecord, ApprovalStore
 from bot.store.instances import Instances
-from bot.store.models import utcnow
 from bot.store.signals import APPROVAL, Signals, event_or_signal
 
 logger = logging.getLogger(__name__)
@@ -292,7 +291,7 @@ class SlackApprovals:
             return ClickResult(message="This approval request no longer exists.")
         if record.state != "pending":
             return ClickResult(message=_already(record))
-        if utcnow() >= record.created_at + timedelta(seconds=self.timeout_s):
+        if datetime.now(UTC) >= record.created_at + timedelta(seconds=self.timeout_s):
             # Its waiting run gives up now (or its process is gone and the request will
             # be expired): a late click must not approve what nobody waits for.
             return ClickResult(message="This request has expired; nothing changed.")

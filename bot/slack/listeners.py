@@ -215,7 +215,7 @@ class Listeners:
                 agents=self.parts.agents_summary(),
                 pulls=await self.parts.pulls_line(requester=user_id),
                 triggered=triggered_runs_block(
-                    await self.turns.run_store.triggered(user_id=user_id, limit=TRIGGERED_RUNS),
+                    await self.turns.triggered_runs(user_id=user_id, limit=TRIGGERED_RUNS),
                     now=datetime.now(UTC),
                     title="Runs triggers started for you",
                 ),
@@ -328,7 +328,7 @@ class Listeners:
             pulls=await self.parts.pulls_line(channel_id=channel),
             extra=recent_decisions_blocks(decisions, timeout_s=self.approvals.timeout_s),
             triggered=triggered_runs_block(
-                await self.turns.run_store.triggered(channel_id=channel, limit=TRIGGERED_RUNS),
+                await self.turns.triggered_runs(channel_id=channel, limit=TRIGGERED_RUNS),
                 now=now,
                 team_domain=team_domain,
             ),

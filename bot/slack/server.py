@@ -24,10 +24,16 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot import metrics
-from bot.app import build_baton
+from bot.app import Baton, build_baton
 from bot.config import Settings
 from bot.errors import BatonError
+from bot.slack.parts import SlackParts
 from bot.slack.surface import SlackSurface
+from bot.store.approvals import ApprovalStore
+from bot.store.feedback import FeedbackStore
+from bot.store.rate import rate_store_for
+from bot.store.schedules import ScheduleStore
+from bot.store.windows import TriggerWindows
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +143,7 @@ class HttpServer:
         self.host = host
         self.port = port
         self.health = health or HealthCheck(
-            engine=surface.baton.database.engine,
+            engine=surface.parts.engine,
             client=surface.client,
             accepting=lambda: surface.turns.accepting,
         )
@@ -221,24 +227,24 @@ class HttpServer:
             return False
         if not isinstance(payload, dict) or payload.get("type") != "event_callback":
             return False  # url_verification and the like are answered as usual
-        secret = self.surface.baton.settings.slack_signing_secret
+        secret = self.surface.parts.settings.slack_signing_secret
         return bool(secret) and SignatureVerifier(secret).is_valid_request(
             body, dict(request.headers)
         )
 
     async def handle_health(self, request: web.Request) -> web.Response:
         report = await self.health.report()
-        report["runs"] = len(self.surface.turns.runs)
+        report["runs"] = self.surface.turns.running
         return web.json_response(report, status=200 if report["ok"] else 503)
 
     async def handle_ready(self, request: web.Request) -> web.Response:
         """`/healthz`, and every MCP server connected or given up (its first attempt
         ended), or `READY_WITHIN_S` past since start-up: until then, a load balancer
         sends this replica nothing, so no one is answered without tools it will have."""
-        baton = self.surface.baton
+        parts = self.surface.parts
         report = await self.health.report()
-        report["mcp"] = {status.name: status.state for status in baton.mcp.status()}
-        settled = baton.tools_settled()
+        report["mcp"] = {status.name: status.state for status in parts.mcp_status()}
+        settled = parts.tools_settled()
         if not settled:
             report["waiting_for"] = "MCP servers still connecting"
         report["ok"] = report["ok"] and settled
@@ -266,6 +272,40 @@ class HttpServer:
             self._runner = None
 
 
+def slack_parts(baton: Baton) -> SlackParts:
+    """What the Slack surface needs of `baton`: the one place that composes the two."""
+    database = baton.database
+    return SlackParts(
+        settings=baton.settings,
+        engine=database.engine,
+        rates=rate_store_for(database),
+        approvals=ApprovalStore(database),
+        feedback=FeedbackStore(database),
+        schedules=ScheduleStore(database),
+        windows=TriggerWindows(database),
+        events=baton.events,
+        signals=baton.signals,
+        instances=baton.instances,
+        tracker=baton.tracker,
+        budgets=baton.budgets,
+        redact=baton.redact,
+        turn_parts=baton.turn_parts(),
+        forge=baton.forge,
+        agent_names=lambda channel: baton.site_for(channel).agents.names(),
+        merge_task=baton.merge_task,
+        discard_task=baton.discard_task,
+        sandbox_notice=lambda: baton.sandbox_notice,
+        mcp_status=baton.mcp.status,
+        tools_settled=baton.tools_settled,
+        agents_summary=lambda: baton.agents_summary,
+        instructions_line=baton.instructions_line,
+        pulls_line=baton.pulls_line,
+        start_heartbeat=baton.start_heartbeat,
+        recover_worktrees=baton.recover_worktrees,
+        recover_tasks=baton.recover_tasks,
+    )
+
+
 async def serve(settings: Settings) -> None:
     """Run the bot until SIGTERM or SIGINT, then shut down gracefully.
 
@@ -279,7 +319,7 @@ async def serve(settings: Settings) -> None:
         raise BatonError(
             f"cannot open the database (DATABASE_URL): {_first_line(_cause(exc))}"
         ) from exc
-    surface = SlackSurface(baton)
+    surface = SlackSurface(slack_parts(baton))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -1,4 +1,5 @@
-"""The Slack surface, built once from Baton: the Bolt app, its client, its listeners."""
+"""The Slack surface, built once from its parts (`SlackParts`): the Bolt app, its client,
+its listeners."""
 
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from bot import metrics
 from bot.access.deciders import Deciders
 from bot.access.policy import AccessPolicy
-from bot.app import Baton
 from bot.config import Settings
 from bot.forge.webhooks import ForgeTurn, ForgeWebhooks, forge_author
 from bot.mcp.report import summary
@@ -36,15 +36,13 @@ from bot.slack.approvals import POLL_S, SlackApprovals
 from bot.slack.directory import SlackDirectory
 from bot.slack.forge_actions import ForgeActions
 from bot.slack.listeners import ListenerParts, Listeners
+from bot.slack.parts import SlackParts
 from bot.slack.rate_budget import RateBudget, call_channel
 from bot.slack.schedule_actions import ScheduleActions
 from bot.slack.thread_surface import SlackThreadSurface
 from bot.slack.triggers import SlackTriggers
 from bot.store import SessionKey
-from bot.store.approvals import ApprovalStore
 from bot.store.branches import ThreadBranch
-from bot.store.feedback import FeedbackStore
-from bot.store.rate import rate_store_for
 from bot.store.thread_inbox import Inbound
 from bot.triggers.clock import SYSTEM_CLOCK, Clock
 
@@ -192,7 +190,7 @@ class SlackSurface:
 
     def __init__(
         self,
-        baton: Baton,
+        parts: SlackParts,
         *,
         approval_poll_s: float = POLL_S,
         rate_budget: RateBudget | None = None,
@@ -200,44 +198,44 @@ class SlackSurface:
     ) -> None:
         """`trigger_clock`: what schedules' fire times are computed with (tests drive
         one)."""
-        settings = baton.settings
-        self.baton = baton
+        settings = parts.settings
+        self.parts = parts
         # One budget for every Slack call of this process; on PostgreSQL, of every replica.
         # (Tests and benchmarks against a fake Slack may pass one on a faster clock.)
-        self.budget = rate_budget or RateBudget(rate_store_for(baton.database))
+        self.budget = rate_budget or RateBudget(parts.rates)
         self.client: CountingWebClient = build_web_client(settings, budget=self.budget)
         self.app = build_bolt_app(settings, self._authorizer(), budget=self.budget)
         # People are read ahead (users.list) once started; changes reach other replicas
         # through the signals.
-        self.directory = SlackDirectory(self.client, signals=baton.signals)
+        self.directory = SlackDirectory(self.client, signals=parts.signals)
         self.deciders = Deciders(
             self.directory, settings.approvers, self_approval=settings.self_approval
         )
         self.approvals = SlackApprovals(
-            store=ApprovalStore(baton.database),
+            store=parts.approvals,
             client=self.client,
             deciders=self.deciders,
-            instances=baton.instances,
+            instances=parts.instances,
             timeout_s=settings.approval_timeout_s,
             self_approval=settings.self_approval,
-            task_log=baton.tracker.append_log,
+            task_log=parts.tracker.append_log,
             poll_s=approval_poll_s,
-            signals=baton.signals,
-            redact=baton.redact,
+            signals=parts.signals,
+            redact=parts.redact,
         )
         self.access = AccessPolicy(settings.access, self.directory, approvers=settings.approvers)
         self.threads = SlackThreadSurface(
-            self.client, approvals=self.approvals, directory=self.directory, redact=baton.redact
+            self.client, approvals=self.approvals, directory=self.directory, redact=parts.redact
         )
         self.turns = TurnMachine(
             self.threads,
-            dataclasses.replace(baton.turn_parts(), trigger_ended=self._trigger_ended),
+            dataclasses.replace(parts.turn_parts, trigger_ended=self._trigger_ended),
             access=self.access,
             admission_poll_s=approval_poll_s,
         )
         # Schedules, webhooks and watched channels start turns on the same machine.
         self.triggers = SlackTriggers(
-            baton, turns=self.turns, threads=self.threads, clock=trigger_clock
+            parts, turns=self.turns, threads=self.threads, clock=trigger_clock
         )
         self.schedule_actions = ScheduleActions(
             scheduler=self.triggers.scheduler,
@@ -249,7 +247,7 @@ class SlackSurface:
             spawn=self.turns.spawn,
             refresh_home=self._refresh_home,
             team_id=self.triggers.launcher.team_id,
-            agent_names=lambda channel: baton.site_for(channel).agents.names(),
+            agent_names=parts.agent_names,
         )
         self.listeners = Listeners(
             ListenerParts(
@@ -258,17 +256,17 @@ class SlackSurface:
                 deciders=self.deciders,
                 approvals=self.approvals,
                 access=self.access,
-                tracker=baton.tracker,
-                budgets=baton.budgets,
-                feedback=FeedbackStore(baton.database),
-                merge_task=baton.merge_task,
-                discard_task=baton.discard_task,
-                sandbox_notice=lambda: baton.sandbox_notice,
-                servers_summary=lambda: summary(baton.mcp.status()),
-                agents_summary=lambda: baton.agents_summary,
-                instructions_line=baton.instructions_line,
-                pulls_line=baton.pulls_line,
-                redact=baton.redact,
+                tracker=parts.tracker,
+                budgets=parts.budgets,
+                feedback=parts.feedback,
+                merge_task=parts.merge_task,
+                discard_task=parts.discard_task,
+                sandbox_notice=parts.sandbox_notice,
+                servers_summary=lambda: summary(parts.mcp_status()),
+                agents_summary=parts.agents_summary,
+                instructions_line=parts.instructions_line,
+                pulls_line=parts.pulls_line,
+                redact=parts.redact,
                 watched=self.triggers.watched,
                 schedules=self.schedule_actions,
                 directory=self.directory,
@@ -277,24 +275,24 @@ class SlackSurface:
         self.listeners.register(self.app)
         self.schedule_actions.register(self.app)
         self.forge_hooks: ForgeWebhooks | None = None
-        if baton.forge is not None:
+        if (forge := parts.forge) is not None:
             self.forge_hooks = ForgeWebhooks(
                 secret=settings.github_webhook_secret,
-                ledger=baton.events,
-                store=baton.forge.store,
-                repositories=baton.forge.desk.repositories,
+                ledger=parts.events,
+                store=forge.store,
+                repositories=forge.desk.repositories,
                 say=self._say_on_branch,
                 start_turn=self._forge_turn,
-                logins=baton.forge.forge.logins if baton.forge.forge is not None else None,
+                logins=forge.forge.logins if forge.forge is not None else None,
             )
             ForgeActions(
-                desk=baton.forge.desk,
+                desk=forge.desk,
                 threads=self.threads,
                 deciders=self.deciders,
                 directory=self.directory,
                 may_act=self.listeners.may_act,
                 pull_requesters=settings.access.pull_requests,
-                redact=baton.redact,
+                redact=parts.redact,
                 spawn=self.turns.spawn,
             ).register(self.app)
         self._maintenance: asyncio.Task[None] | None = None
@@ -351,7 +349,7 @@ class SlackSurface:
             return AuthorizeResult(
                 enterprise_id=enterprise_id,
                 team_id=team_id,
-                bot_token=self.baton.settings.slack_bot_token,
+                bot_token=self.parts.settings.slack_bot_token,
                 bot_user_id=self.threads.bot_user_id,
                 bot_id=self.threads.bot_id,
             )
@@ -362,23 +360,23 @@ class SlackSurface:
         """Post background results to their threads; close what a restart interrupted."""
         await self.threads.identify()
         self.directory.start(team_id=self.threads.team_id)
-        self.baton.tracker.on_finish(self.turns.post_task_finished)
-        self.baton.instances.on_lost(self.turns.on_lost)
-        self.baton.start_heartbeat()
+        self.parts.tracker.on_finish(self.turns.post_task_finished)
+        self.parts.instances.on_lost(self.turns.on_lost)
+        self.parts.start_heartbeat()
         await self.tidy()
-        await self.baton.recover_worktrees()
+        await self.parts.recover_worktrees()
         self._maintenance = asyncio.create_task(self._maintain(), name="maintenance")
         self.triggers.start()
 
     async def tidy(self, *, prune: bool = True) -> None:
         """Fail and expire the work of processes that are gone; forget old event claims."""
-        await self.baton.recover_tasks()
+        await self.parts.recover_tasks()
         await self.approvals.expire_abandoned()
         await self.turns.tidy()
-        await self.baton.instances.forget_dead()
+        await self.parts.instances.forget_dead()
         if prune:
-            await self.baton.events.prune()
-            await self.turns.inbox.prune()
+            await self.parts.events.prune()
+            await self.turns.prune()
             await self.triggers.windows.prune()
 
     async def _maintain(self) -> None:
@@ -401,7 +399,7 @@ class SlackSurface:
         if self._maintenance is not None:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)
-        tracker = self.baton.tracker
+        tracker = self.parts.tracker
         await asyncio.gather(self.turns.drain(grace_s), tracker.settle(grace_s))
         # The tasks first: a run's foreground children, stopped with it, would otherwise
         # end as "cancelled with the run".

@@ -9,13 +9,11 @@ from typing import Any
 
 from slack_sdk.errors import SlackApiError
 
-from bot.app import Baton
 from bot.sessions.turns import TriggerEnd, TurnMachine
 from bot.slack.answers import post_text
+from bot.slack.parts import SlackParts
 from bot.slack.thread_surface import SlackThreadSurface
-from bot.store.schedules import ScheduleStore
 from bot.store.thread_inbox import ThreadMessage
-from bot.store.windows import TriggerWindows
 from bot.triggers.book import Reloaded, TriggerBook
 from bot.triggers.clock import SYSTEM_CLOCK, Clock
 from bot.triggers.launch import Launcher
@@ -35,31 +33,31 @@ class SlackTriggers:
 
     def __init__(
         self,
-        baton: Baton,
+        parts: SlackParts,
         *,
         turns: TurnMachine,
         threads: SlackThreadSurface,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        settings = baton.settings
+        settings = parts.settings
         self.threads = threads
         self.clock = clock
         self.book = TriggerBook(
             settings.triggers, settings.webhook_secrets, config_path=settings.config_path
         )
         self.launcher = Launcher(turns, threads, team_id=self._team_id)
-        self.store = ScheduleStore(baton.database)
-        self.windows = TriggerWindows(baton.database)
+        self.store = parts.schedules
+        self.windows = parts.windows
         self.scheduler = Scheduler(
             book=self.book,
             store=self.store,
             launcher=self.launcher,
-            instance_id=baton.instances.id,
+            instance_id=parts.instances.id,
             tell_owner=self.tell,
             clock=clock,
         )
         self.hooks = HookReceiver(
-            book=self.book, ledger=baton.events, launcher=self.launcher, clock=clock
+            book=self.book, ledger=parts.events, launcher=self.launcher, clock=clock
         )
         self.watch = ChannelWatch(
             book=self.book, windows=self.windows, launcher=self.launcher, clock=clock

@@ -19,7 +19,7 @@ import aiohttp
 
 from bot.app import Baton, build_baton
 from bot.slack.rate_budget import RateBudget
-from bot.slack.server import EVENTS_PATH, HttpServer
+from bot.slack.server import EVENTS_PATH, HttpServer, slack_parts
 from bot.slack.surface import SlackSurface
 from bot.triggers.clock import SYSTEM_CLOCK, Clock
 from tests.conftest import harness_database_kind, make_settings
@@ -262,7 +262,7 @@ async def _start_harness(
             baton = await build_baton(settings)
             cleanup.push_async_callback(baton.close)
             surface = SlackSurface(
-                baton,
+                slack_parts(baton),
                 approval_poll_s=0.05,
                 rate_budget=rate_budget or RateBudget.scaled(TEST_BUDGET_SPEED),
                 trigger_clock=trigger_clock,

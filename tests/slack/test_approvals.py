@@ -14,6 +14,7 @@ from bot.access.deciders import Deciders
 from bot.config import AskRuleConfig, PermissionsConfig
 from bot.slack.approvals import SlackApprovals
 from bot.slack.directory import SlackDirectory
+from bot.slack.server import slack_parts
 from bot.slack.surface import SlackSurface
 from bot.store import SessionKey
 from bot.store.approvals import ApprovalStore
@@ -256,7 +257,7 @@ async def test_a_restart_expires_requests_left_pending(strict: SlackHarness) -> 
     ts = strict.slack.add_message("C1", "Approval needed: bash", BOT, bot_id="BBOT")
     await store.set_message(record.id, channel_id="C1", message_ts=ts)
     # A new process starts on the same database: nobody waits for that request now.
-    restarted = SlackSurface(strict.baton)
+    restarted = SlackSurface(slack_parts(strict.baton))
     await restarted.approvals.expire_abandoned()
     final = await store.get(record.id)
     assert final is not None and final.state == "expired"

@@ -19,6 +19,7 @@ from bot import metrics
 from bot.app import build_baton
 from bot.config import DEFAULT_SHUTDOWN_GRACE_S, LimitsConfig, load_settings
 from bot.errors import ConfigError
+from bot.slack.server import slack_parts
 from bot.slack.surface import SlackSurface
 from bot.subagents.tracker import RESTART_REASON
 from tests.fakes.openai_api import FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
@@ -342,7 +343,7 @@ async def test_a_run_still_queued_at_shutdown_is_handed_to_the_next_process(
     assert len(harness.llm.requests) == 1  # the second never reached the model here
     # The next process on the same database takes the waiting question.
     nxt = await build_baton(harness.baton.settings)
-    surface = SlackSurface(nxt, approval_poll_s=0.05)
+    surface = SlackSurface(slack_parts(nxt), approval_poll_s=0.05)
     await surface.start()
     try:
         await until(lambda: "SECOND ANSWER" in json.dumps(harness.thread("C1", second)))

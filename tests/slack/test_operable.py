@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 
 from bot.app import build_baton
-from bot.slack.server import HealthCheck, HttpServer
+from bot.slack.server import HealthCheck, HttpServer, slack_parts
 from bot.slack.surface import SlackSurface
 from bot.store import Database
 from tests.conftest import make_settings
@@ -216,7 +216,7 @@ async def test_healthz_names_slack_once_the_token_is_revoked(tmp_path: Path) -> 
             slack_signing_secret=SIGNING_SECRET, slack_api_url=slack.url,
         )  # fmt: skip
         baton = await build_baton(settings)
-        surface = SlackSurface(baton)
+        surface = SlackSurface(slack_parts(baton))
         health = HealthCheck(
             engine=baton.database.engine, client=surface.client,
             accepting=lambda: surface.turns.accepting, slack_ttl_s=0.2,
@@ -261,7 +261,7 @@ async def test_healthz_names_the_database_when_it_is_unreachable(tmp_path: Path)
             slack_signing_secret=SIGNING_SECRET, slack_api_url=slack.url,
         )  # fmt: skip
         baton = await build_baton(settings)
-        surface = SlackSurface(baton)
+        surface = SlackSurface(slack_parts(baton))
         gone = Database(f"postgresql://baton:pw@127.0.0.1:{free_port()}/baton")
         health = HealthCheck(engine=gone.engine, client=surface.client, accepting=lambda: True)
         server = HttpServer(surface, host="127.0.0.1", port=0, health=health)

@@ -15,6 +15,7 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from sqlalchemy import text as text_sql
 
 from bot.app import Baton, build_baton
+from bot.slack.server import slack_parts
 from bot.slack.surface import SlackSurface
 from tests.conftest import make_settings
 from tests.fakes.openai_api import FakeOpenAI, Reply
@@ -43,7 +44,7 @@ async def socket_bot(tmp_path: Path) -> AsyncIterator[SocketBot]:
             )  # fmt: skip
             assert settings.socket_mode
             baton = await build_baton(settings)
-            surface = SlackSurface(baton)
+            surface = SlackSurface(slack_parts(baton))
             await surface.start()
             handler = AsyncSocketModeHandler(surface.app, settings.slack_app_token)
             try:
