@@ -5,7 +5,7 @@ budgets, queued under `limits`, and run as a turn, exactly as a mention in Slack
 line typed while a run works steers it (at a terminal; piped input is a script, read
 one turn at a time), a pending approval takes the next line, Ctrl-C cancels the run,
 and a run a restart interrupted is offered again (`/retry`). Events are described as
-in Slack's progress message (bot/describe_end.py, bot/subagents/runner.py), redacted
+in Slack's progress message (bot/describe.py), redacted
 the same way. Library logs never print between the prompt and the answer: they go
 to stderr at WARNING (see bot/cli.py).
 """
@@ -208,6 +208,10 @@ class TerminalSurface:
     def approval(self, run: RunTicket) -> ApprovalFunc:
         assert self.approver is not None
         return self.approver
+
+    def serves(self, key: SessionKey) -> bool:
+        # Every `baton chat` is of kind "chat": each serves its own session only.
+        return key.key == self.key.key
 
     def where_of(self, session: SessionRecord) -> Where | None:
         return self.where if session.key == self.key.key else None

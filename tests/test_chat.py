@@ -1,16 +1,33 @@
-"""`python -m bot` and `baton chat`, run as real processes against the fake model server."""
+"""`python -m bot` and `baton chat`, run as real processes against the fake model server;
+then the terminal's share of the turn machine (queue, budgets, Retry), with `TerminalChat`
+driven in this process on a pipe, as a person at a terminal types.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import os
+import re
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from tests.fakes.openai_api import ErrorReply, FakeOpenAI, Reply, ToolCallSpec
+from bot.app import Baton, build_baton
+from bot.chat import TERMINAL_CHANNEL, TERMINAL_USER, TerminalChat, thread_of
+from bot.config import LimitsConfig
+from bot.store import SessionKey
+from bot.store.runs import RunStore
+from bot.store.thread_inbox import RETRIED, TAKEN, Inbound, ThreadInbox
+from tests.conftest import make_settings
+from tests.fakes.openai_api import ErrorReply, FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
 from tests.processes import bot_environment
+from tests.scenarios.drivers import PATIENCE_S, TerminalDriver
+from tests.sessions.recording import until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -179,3 +196,209 @@ async def test_chat_says_when_it_waits_for_a_rate_limited_model(
     assert code == 0, err
     assert "… waiting for the model (rate limited, retry 1; next try in 0.2 s)" in out
     assert "Here after the wait." in out
+
+
+# ------------------------------------------------------- the terminal on the turn machine
+
+
+def last_asked(request: RecordedRequest) -> str:
+    return [str(m["content"]) for m in request.messages if m["role"] == "user"][-1]
+
+
+@contextlib.asynccontextmanager
+async def at_the_terminal(
+    baton: Baton, llm: FakeOpenAI, session: str = "default"
+) -> AsyncIterator[TerminalDriver]:
+    """`baton chat --session SESSION` on `baton`, at a terminal (a line typed while a
+    run works steers it); leaves at end of input."""
+    read_end, write_end = os.pipe()
+    stdin, typed = os.fdopen(read_end, "r"), os.fdopen(write_end, "w")
+    chat = TerminalChat(
+        baton, SessionKey.terminal(session), stdin=stdin, stdout=io.StringIO(), steer=True
+    )
+    person = TerminalDriver(chat, llm, typed)
+    looping = asyncio.create_task(chat.loop(), name=f"chat-{session}")
+    try:
+        await until(lambda: looping.done() or "Baton chat" in person.transcript(), PATIENCE_S)
+        yield person
+    finally:
+        typed.close()
+        try:
+            async with asyncio.timeout(PATIENCE_S):
+                await looping
+        finally:
+            if not looping.done():
+                looping.cancel()
+                await asyncio.gather(looping, return_exceptions=True)
+            stdin.close()
+
+
+@contextlib.asynccontextmanager
+async def baton_on(tmp_path: Path, llm: FakeOpenAI, **settings: object) -> AsyncIterator[Baton]:
+    baton = await build_baton(make_settings(tmp_path, llm.url, **settings))
+    try:
+        yield baton
+    finally:
+        await baton.close()
+
+
+QUEUED = (
+    "⏳ Queued: next in line; every slot is taken. It starts by itself when a slot frees; "
+    "Ctrl-C withdraws it."
+)
+
+
+async def test_over_the_run_limit_the_terminal_shows_the_queue_and_ctrl_c_withdraws(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """`limits.runs: 1`, and another session's run holds the one slot: a question waits,
+    shown as queued; Ctrl-C withdraws it before it reaches the model; asked again, it
+    waits again and starts by itself once the slot frees."""
+    go = asyncio.Event()
+
+    async def respond(request: RecordedRequest) -> Reply:
+        asked = last_asked(request)
+        if "FIRST" in asked:
+            await go.wait()
+        return Reply(text=f"ANSWER to {asked}")
+
+    fake_llm.responder = respond
+    async with (
+        baton_on(tmp_path, fake_llm, limits=LimitsConfig(runs=1)) as baton,
+        at_the_terminal(baton, fake_llm, "one") as one,
+        at_the_terminal(baton, fake_llm, "two") as two,
+    ):
+        try:
+            await one.ask("FIRST job")
+            await until(lambda: len(fake_llm.requests) == 1, PATIENCE_S)
+            await two.ask("SECOND job")
+            await until(lambda: QUEUED in two.transcript(), PATIENCE_S)
+            await two.cancel()  # Ctrl-C
+            await until(lambda: two.status() != "", PATIENCE_S)
+            assert two.status() == "⊘ Cancelled"
+            await two.ask("THIRD job")
+            await until(lambda: two.transcript().count(QUEUED) == 2, PATIENCE_S)
+            assert len(fake_llm.requests) == 1  # it waits while the slot is taken
+        finally:
+            go.set()
+        await one.wait_idle()
+        await two.wait_idle()
+        assert [last_asked(r) for r in fake_llm.requests] == ["FIRST job", "THIRD job"]
+        shown = two.transcript()
+        assert shown.index(QUEUED, shown.index("⊘ Cancelled")) < shown.index("ANSWER to THIRD job")
+        assert re.fullmatch(r"✓ Done · 1 turn · .*", two.status())
+        assert "ANSWER to FIRST job" in one.transcript() and QUEUED not in one.transcript()
+
+
+async def test_a_spent_daily_budget_is_refused_at_the_terminal(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.script(Reply(text="The first answer."))
+    limits = LimitsConfig(tokens_per_user_per_day=100)
+    async with (
+        baton_on(tmp_path, fake_llm, limits=limits) as baton,
+        at_the_terminal(baton, fake_llm) as person,
+    ):
+        await person.ask("first question")  # the budget is not spent yet
+        await person.wait_idle()
+        await person.ask("second question")
+        await person.wait_idle()
+    shown = person.transcript()
+    assert "The first answer." in shown
+    refused = re.compile(
+        r"^✗ You have used [\d,]+ of your 100 tokens for today, so I cannot start another "
+        r"run\. Your budget resets at 00:00 UTC",
+        re.MULTILINE,
+    )
+    [found] = refused.finditer(shown)
+    assert shown.index("The first answer.") < found.start()
+    assert len(fake_llm.requests) == 1 and shown.count("── ") == 1  # the refused one never ran
+    fake_llm.assert_all_used()
+
+
+async def test_a_run_a_restart_interrupted_is_shown_and_retry_runs_it_once(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """A chat that died mid-run (its process is gone) left a run in the session: the next
+    chat shows it, and `/retry` runs its question once."""
+    async with baton_on(tmp_path, fake_llm) as baton:
+        key = SessionKey.terminal("default")
+        session = await baton.conversations.store.get_or_create(key)
+        thread = thread_of("default")
+        await RunStore(baton.database).start(
+            run_id="deadrun1",
+            owner="chat-that-died",
+            session_id=session.id,
+            channel_id=TERMINAL_CHANNEL,
+            thread_ts=thread,
+            user_id=TERMINAL_USER,
+        )
+        question = Inbound(
+            session_key=key.key,
+            channel_id=TERMINAL_CHANNEL,
+            thread_ts=thread,
+            ts="1700000000.000001-dead",
+            user_id=TERMINAL_USER,
+            text="QUESTION-ONE",
+        )
+        inbox = ThreadInbox(baton.database)
+        assert await inbox.receive(
+            question, holder="chat-that-died", state=TAKEN, run_id="deadrun1"
+        )
+        async with at_the_terminal(baton, fake_llm) as person:
+            offer = "✗ Run deadrun1 was interrupted by a restart: /retry runs it again"
+            await until(lambda: offer in person.transcript(), PATIENCE_S)
+            await person.wait_idle()
+            assert fake_llm.requests == []  # offered, not run unasked
+            fake_llm.script(Reply(text="ANSWER-ONE"))
+            await person.ask("/retry")
+            await person.wait_idle()
+            await person.ask("/retry")  # a second press runs nothing
+            await person.wait_idle()
+        stored = await inbox.find(TERMINAL_CHANNEL, question.ts)
+        assert stored is not None and stored.state == RETRIED
+    shown = person.transcript()
+    assert shown.count(offer) == 1
+    [request] = fake_llm.requests
+    assert last_asked(request) == "QUESTION-ONE"
+    assert "ANSWER-ONE" in shown and shown.count("── ") == 1
+    assert re.search(r"^── ✓ Done · 1 turn · ", shown, re.MULTILINE)
+    nothing = "✗ Nothing to retry: it was retried already, or it was not interrupted."
+    assert shown.index("ANSWER-ONE") < shown.index(nothing)
+    fake_llm.assert_all_used()
+
+
+async def test_a_chat_leaves_another_chat_sessions_work_to_that_session(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """Every `baton chat` is of kind "chat", but each serves its own session: a chat in
+    "default" neither answers "other"'s question a dead chat left unread, nor closes
+    "other"'s interrupted run (which would take its /retry away)."""
+    fake_llm.script(Reply(text="ANSWER-FOR-OTHER"))
+    async with baton_on(tmp_path, fake_llm) as baton:
+        other = SessionKey.terminal("other")
+        session = await baton.conversations.store.get_or_create(other)
+        thread = thread_of("other")
+        inbox = ThreadInbox(baton.database)
+        unread = Inbound(
+            session_key=other.key, channel_id=TERMINAL_CHANNEL, thread_ts=thread,
+            ts="1700000000.000001-unread", user_id=TERMINAL_USER, text="Q-OTHER-UNREAD",
+        )  # fmt: skip
+        assert await inbox.receive(unread, holder="chat-that-died")
+        runs = RunStore(baton.database)
+        await runs.start(
+            run_id="otherrun1", owner="chat-that-died", session_id=session.id,
+            channel_id=TERMINAL_CHANNEL, thread_ts=thread, user_id=TERMINAL_USER,
+        )  # fmt: skip
+        async with at_the_terminal(baton, fake_llm, "default") as person:
+            await person.wait_idle()
+        assert fake_llm.requests == [], person.transcript()
+        assert "ANSWER-FOR-OTHER" not in person.transcript()
+        record = await runs.get("otherrun1")
+        assert record is not None and record.state == "running"  # still "other"'s to offer
+        # The control: "other"'s own chat takes up its question.
+        async with at_the_terminal(baton, fake_llm, "other") as owner:
+            await until(lambda: "ANSWER-FOR-OTHER" in owner.transcript(), PATIENCE_S)
+            await owner.wait_idle()
+        record = await runs.get("otherrun1")
+        assert record is not None and record.state == "finished"

@@ -19,7 +19,7 @@ from bot.engine import ApprovalFunc, RunEvent
 from bot.engine.messages import ImagePart
 from bot.outcomes import RunEnd
 from bot.sessions.workbench import PullContext, WorkChange
-from bot.store import SessionRecord
+from bot.store import SessionKey, SessionRecord
 from bot.store.runs import RunRecord
 from bot.store.tasks import TaskRecord
 from bot.store.thread_inbox import ThreadMessage
@@ -108,6 +108,11 @@ class Surface(Protocol):
 
     # The kind of session this surface's conversations are (bot/store/sessions.py).
     kind: str
+
+    def serves(self, key: SessionKey) -> bool:
+        """Whether the conversation `key` is this surface's to run and recover (a
+        terminal serves its one session, not every chat's)."""
+        ...
 
     def clean(self, text: str) -> str:
         """`text` without the mentions of Baton it holds."""

@@ -399,6 +399,9 @@ class SlackThreadSurface:
 
     # ------------------------------------------------------------------ results
 
+    def serves(self, key: SessionKey) -> bool:
+        return key.kind == self.kind
+
     def where_of(self, session: SessionRecord) -> Where | None:
         if session.kind != self.kind or not session.channel_id or not session.thread_ts:
             return None

@@ -17,6 +17,7 @@ import pytest
 from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec
 from tests.scenarios.conftest import SECRET
 from tests.scenarios.drivers import PATIENCE_S, Driver, is_main_request, open_slack, open_terminal
+from tests.slack.harness import until
 
 # describe_end's words: the outcome, then turns, tokens and time.
 DONE = r"✓ Done · {turns} · [\d,]+ in / [\d,]+ out tokens · \d+\.\d s"
@@ -142,10 +143,12 @@ async def test_cancel_stops_the_run_and_the_model_is_not_called_again(driver: Dr
         await model.wait_called()
         await driver.cancel()
         await driver.wait_idle()
+        # Its call was dropped with it: the model, still holding its answer, saw the
+        # caller leave, so the answer it is then let give goes nowhere.
+        await until(lambda: driver.llm.in_flight == 0, PATIENCE_S)
     finally:
         model.go_on.set()
     assert driver.status().startswith("⊘ Cancelled"), driver.status()
-    await asyncio.sleep(0.02)  # the released first call has nowhere to go
     assert len(driver.llm.requests) == 1
     assert "Too late." not in driver.transcript()
 

@@ -171,6 +171,9 @@ class RecordingSurface:
 
     # -------------------------------------------------------------------- Surface
 
+    def serves(self, key: SessionKey) -> bool:
+        return key.kind == self.kind
+
     def clean(self, text: str) -> str:
         return text.replace(f"<@{BOT}>", "").strip()
 
