@@ -85,6 +85,9 @@ async def start_forge_harness(tmp_path: Path, **overrides: Any) -> AsyncIterator
                 ALICE, "alice", real_name="Alice Liddell", display_name="Alice",
                 email="alice@example.com",
             )  # fmt: skip
+            # Her email was added after Baton read the directory: Slack says so.
+            changed = {"type": "user_change", "user": slack.slack.users[ALICE]}
+            assert (await slack.send_event(changed)).status == 200
             yield ForgeHarness(slack=slack, git=git, github=github, checkout=checkout.resolve())
 
 
