@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from bot.engine.messages import Usage
 
-# "budget": the meter said no further LLM call may be made (the work so far is kept).
-# "length": the model's answer was cut at its output limit (after continuing it).
-# "content_filter": the provider's content filter stopped the answer.
-StopReason = Literal["completed", "max_turns", "budget", "error", "length", "content_filter"]
+# One vocabulary of why the loop ended, for the engine and every surface
+# (bot/outcomes.py): "budget", the meter said no further LLM call may be made (the work
+# so far is kept); "length", the model's answer was cut at its output limit (after
+# continuing it); "content_filter", the provider's content filter stopped the answer.
+from bot.outcomes import StopReason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

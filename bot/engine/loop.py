@@ -291,13 +291,13 @@ class Engine:
         last_text = ""
         cut_so_far = ""  # an answer cut at the output limit, being continued
         continuations = 0
-        stop: StopReason = "completed"
+        stop = StopReason.COMPLETED
         try:
             while True:
                 # Asked before every call, the first included: a budget spent by another
                 # part of the run (a sibling sub-agent) stops this one too.
                 if (note := self._budget_note()) is not None:
-                    stop = "budget"
+                    stop = StopReason.BUDGET
                     last_text = f"{last_text}\n\n{note}" if last_text else note
                     add(ChatMessage(role="assistant", content=note))
                     break
@@ -316,7 +316,7 @@ class Engine:
                     )
                 )
                 if response.finish_reason == "content_filter":
-                    stop = "content_filter"
+                    stop = StopReason.CONTENT_FILTER
                     last_text = f"{last_text}\n\n{FILTERED_NOTE}" if last_text else FILTERED_NOTE
                     break
                 cut_so_far = ""
@@ -328,7 +328,7 @@ class Engine:
                         cut_so_far = last_text
                         add(ChatMessage(role="user", content=CONTINUE_PROMPT))
                         continue
-                    stop = "length"
+                    stop = StopReason.LENGTH
                     last_text = f"{last_text}\n\n{CUT_NOTE}" if last_text else CUT_NOTE
                     break
                 if not response.tool_calls:
@@ -370,7 +370,7 @@ class Engine:
                 if not late and self._ended_by(response.tool_calls, outcomes):
                     break  # its result is handed back: no model call is left to make
                 if turns >= self.max_turns:
-                    stop = "max_turns"
+                    stop = StopReason.MAX_TURNS
                     note = (
                         f"[Stopped early: reached the limit of {self.max_turns} turns before "
                         "finishing. The work above is partial.]"
@@ -380,7 +380,7 @@ class Engine:
                     break
         except LLMError as exc:
             emit(ErrorEvent(message=f"The model call failed: {exc}"))
-            stop = "error"
+            stop = StopReason.ERROR
         emit(Done(final_text=last_text, usage=usage, turns=turns, stop_reason=stop))
 
     def _ended_by(self, calls: Sequence[ToolCall], outcomes: Sequence[_CallOutcome]) -> bool:
