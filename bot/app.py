@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,8 +15,9 @@ from sqlalchemy.engine import URL
 
 from bot.access.budgets import DailyBudgets, format_cost
 from bot.config import Settings
+from bot.describe import plural
 from bot.engine import Hook, LLMClient
-from bot.engine.tokens import TokenCounter, load_encoding
+from bot.engine.tokens import TokenCounter
 from bot.errors import ConfigError
 from bot.forge.build import ForgeParts, build_forge
 from bot.forge.workbench import ThreadWorkbench
@@ -36,6 +37,7 @@ from bot.store.tasks import TaskRecord, TaskStore
 from bot.store.usage import UsageStore
 from bot.subagents import AgentRegistry, SubAgentRunner, TaskTracker
 from bot.subagents.branches import discard_branch, merge_branch
+from bot.subagents.overview import AgentOverview, overview
 from bot.subagents.worktree import ProtectedFile, Worktree
 from bot.tools import ToolRegistry, Workspace
 from bot.tracing import DISABLED, Tracing, build_tracing
@@ -47,6 +49,15 @@ LLM_TIMEOUT_S = 300.0
 # regardless (a server that never answers must not keep the replica out of service).
 READY_WITHIN_S = 15.0
 PULLS_SHOWN = 5
+# A pull request's body names the agents of a thread's latest this many tasks.
+TASKS_NAMED = 200
+# How the main agent is named where agents are listed (a task's agent otherwise).
+MAIN_AGENT = "main"
+# App Home's line of one agent, at most (whatever its file holds).
+AGENT_LINE_CHARS = 540
+# What a note says when loading lost something (App Home shows these notes first).
+_LOSSES = ("left out", "gets no tools", "nothing to deny", "parent's model")
+CLIPPED = "… (`baton agents` has the rest)"
 # A thread branch's state, as a pull request's is said.
 PULL_STATES = {"active": "open", "discarded": "branch discarded"}
 
@@ -185,15 +196,21 @@ class Baton:
         return f"Pull requests: {shown}"
 
     async def thread_work(self, session_key: str) -> tuple[tuple[str, ...], str | None]:
-        """The agents that worked in a conversation and what its runs spent, in words
-        (a pull request's body says them)."""
+        """The agents that worked in a conversation, the main agent first, and what its
+        runs spent, in words (a pull request's body says them).
+
+        The main agent worked when the conversation spent more than its tasks did (an
+        `@agent` run is a task and no call of the main agent's)."""
         store = self.default_site.conversations.store
         session = await store.find(SessionKey.parse(session_key))
         if session is None:
             return (), None
-        tasks = await self.tracker.store.list(session_id=session.id, limit=200)
+        tasks = await self.tracker.store.list(session_id=session.id, limit=TASKS_NAMED)
         agents = tuple(dict.fromkeys(task.agent for task in reversed(tasks)))
         totals = await self.usage.session_total(session.id)
+        by_tasks = sum(task.prompt_tokens + task.completion_tokens for task in tasks)
+        if totals.total_tokens > by_tasks or not tasks:
+            agents = (MAIN_AGENT, *agents)
         if not totals.total_tokens:
             return agents, None
         spent = f"{totals.total_tokens:,} tokens"
@@ -283,20 +300,32 @@ class Baton:
 
     @property
     def agents_summary(self) -> str:
-        """One line per workspace for App Home: its agents, the files refused and why,
-        how many agents loading changed (`baton agents` says what), and the project
-        instructions runs read there."""
+        """App Home's agents, as lines of plain text: per workspace, a line saying how
+        many agents it has and what its runs read, then a `•` line per agent (its
+        source, effective tools, model, and what loading mapped, left out or kept
+        unused, and what it shadows) and a `⚠` line per agent file refused there and
+        why. Each line is bounded; App Home lists as many as fit and points to
+        `baton agents` for the rest (`bot.slack.blocks.home_view`)."""
         lines = []
         for site in self.sites:
-            definitions = site.agents.definitions()
-            line = f"Agents in {site.root}: {len(definitions)}"
-            if noted := sum(1 for d in definitions if d.notes):
-                line += f" ({noted} loaded with changes; `baton agents` lists them)"
-            for refused in site.agents.invalid:
-                line += f"; refused {refused.path}: {refused.reason}"
+            found = overview(
+                site.agents,
+                site.tools,
+                mcp_servers=self.settings.mcp_servers,
+                main_model=self.model,
+                max_turns=self.settings.max_turns,
+            )
+            heading = f"Agents in {site.root}: {len(found.agents)}"
+            if found.invalid:
+                heading += f" · {plural(len(found.invalid), 'agent file')} refused"
             if (instructions := read_project_instructions(site.root)) is not None:
-                line += f"; runs read {instructions_summary(instructions)}"
-            lines.append(line)
+                heading += f" · runs read {instructions_summary(instructions)}"
+            lines.append(heading)
+            lines += [_agent_line(agent, site.root) for agent in found.agents]
+            lines += [
+                _clipped(f"⚠ refused {_shown_path(item.path, site.root)}: {item.reason}")
+                for item in found.invalid
+            ]
         return "\n".join(lines)
 
     @property
@@ -353,6 +382,39 @@ class Baton:
             await self.tracing.close()
 
 
+def _agent_line(agent: AgentOverview, root: Path) -> str:
+    """One agent on one bounded line (`baton agents` has every note in full): what it
+    shadows and what it lost come before the other notes, which a long line cuts."""
+    line = (
+        f"• `{agent.name}` · {_shown_path(agent.source, root)} · tools: {agent.tools} · "
+        f"model: {agent.model}"
+    )
+    if agent.notes:
+        line += " · " + "; ".join(sorted(agent.notes, key=_note_rank))
+    return _clipped(line)
+
+
+def _note_rank(note: str) -> int:
+    """Shadowing, then what was left out or changed about tools and model, then the rest."""
+    if note.startswith("shadows "):
+        return 0
+    if note.startswith(("model ", "tools", "tool ")) or any(sign in note for sign in _LOSSES):
+        return 1
+    return 2
+
+
+def _clipped(line: str) -> str:
+    if len(line) <= AGENT_LINE_CHARS:
+        return line
+    return line[: AGENT_LINE_CHARS - len(CLIPPED)] + CLIPPED
+
+
+def _shown_path(source: str, root: Path) -> str:
+    """A file of the workspace relative to it (`.claude/agents/x.md`); others as given."""
+    path = Path(source)
+    return str(path.relative_to(root)) if path.is_relative_to(root) else source
+
+
 def sqlite_files(url: URL) -> list[Path]:
     """The files of a SQLite database (with its journal, WAL and shared-memory files)."""
     if not url.drivername.startswith("sqlite") or not url.database or url.database == ":memory:":
@@ -370,13 +432,16 @@ def protected_files(
     )
 
 
-def build_agent_registry(settings: Settings, workspace: Path | None = None) -> AgentRegistry:
+def build_agent_registry(
+    settings: Settings, workspace: Path | None = None, *, tool_names: Collection[str]
+) -> AgentRegistry:
     """A site's agents (roots: see `agent_roots`), then built-ins, with the aliases of
-    baton.yaml.
+    baton.yaml; files naming tools other than `tool_names` (the site's) and the MCP
+    servers' get a note saying so.
 
     `workspace` is a site's directory; the default workspace when not given.
     """
-    return agent_registry(settings, workspace or settings.workspace)
+    return agent_registry(settings, workspace or settings.workspace, tool_names=tool_names)
 
 
 async def build_baton(settings: Settings) -> Baton:
@@ -409,6 +474,7 @@ async def build_baton(settings: Settings) -> Baton:
     config_files = [settings.config_path] if settings.config_path else []
     database_files = sqlite_files(database.engine.url)
     mcp = build_servers(settings, masked=[*config_files, *database_files])
+    redact = Redactor(settings.secret_values)
     shared = SharedParts(
         settings=settings,
         model=model,
@@ -419,6 +485,7 @@ async def build_baton(settings: Settings) -> Baton:
         database_files=database_files,
         config_files=config_files,
         mcp_tools=mcp.tools,
+        redact=redact,
     )
     # Workspaces with a git remote: cloned where empty before their sites are built
     # (their agents and instructions come from the clone).
@@ -438,14 +505,8 @@ async def build_baton(settings: Settings) -> Baton:
     directories = site_directories(settings)
     try:
         # Each site is probed on its own: whom commands run as depends on its owner.
-        built, _ = await asyncio.gather(
-            asyncio.gather(
-                *(
-                    build_site(d, shared, others=[o for o in directories if o != d])
-                    for d in directories
-                )
-            ),
-            asyncio.to_thread(load_encoding),
+        built = await asyncio.gather(
+            *(build_site(d, shared, others=[o for o in directories if o != d]) for d in directories)
         )
     except BaseException:
         await openai_client.close()
@@ -462,7 +523,6 @@ async def build_baton(settings: Settings) -> Baton:
     # (sandbox probes, a loaded machine) must not outlast STALE_AFTER_S between
     # registering and the first beat, or the other replicas would declare it dead.
     await instances.register()
-    redact = Redactor(settings.secret_values)
     baton = Baton(
         settings=settings,
         model=model,

@@ -15,8 +15,6 @@ from pythonjsonlogger.json import JsonFormatter
 from bot.config import Settings, load_settings
 from bot.errors import BatonError
 from bot.redaction import redact
-from bot.subagents.definition import AgentDefinition
-from bot.tools.base import MCP_PREFIX
 
 NO_TOKEN_MESSAGE = """\
 baton: SLACK_BOT_TOKEN is not set, so Baton cannot connect to Slack.
@@ -173,33 +171,26 @@ def render_agents(settings: Settings) -> str:
 
 def _render_workspace_agents(settings: Settings, directory: Path) -> str:
     from bot.app import build_agent_registry
+    from bot.subagents.claude_code import listed
+    from bot.subagents.overview import overview
     from bot.tools import Workspace, build_workspace_tools
 
-    registry = build_agent_registry(settings, directory)
     tools = build_workspace_tools(Workspace(directory), environment={})
+    registry = build_agent_registry(settings, directory, tool_names=tools.names())
+    found = overview(
+        registry,
+        tools,
+        mcp_servers=settings.mcp_servers,
+        main_model=settings.model,
+        max_turns=settings.max_turns,
+    )
     rows = [("NAME", "SOURCE", "TOOLS", "MODEL", "MAX TURNS", "OPTIONS")]
-    for definition in registry.definitions():
-        listed_tools = definition.tools or ()
-        shown = ", ".join(definition.resolve_tools(tools).names()) or "none"
-        if definition.tools is None and not definition.disallowed_tools:
-            shown += " (inherits all)"
-        if listed := [name for name in listed_tools if name.startswith(MCP_PREFIX)]:
-            shown += f" + {', '.join(listed)} (while its MCP server is up)"
-        named = {*listed_tools, *definition.disallowed_tools} - {"task"}
-        if unknown := sorted(
-            name for name in named if name not in tools and not _configured_mcp(name, settings)
-        ):
-            shown += f" (unknown, ignored: {', '.join(unknown)})"
-        rows.append(
-            (
-                definition.name,
-                definition.source,
-                shown,
-                definition.model or f"(inherits: {settings.model or 'unset'})",
-                str(definition.max_turns or settings.max_turns),
-                _options(definition),
-            )
-        )
+    for agent in found.agents:
+        shown = agent.tools
+        if agent.unknown:
+            shown += f" (unknown, ignored: {listed(agent.unknown)})"
+        model = agent.model if not agent.model.startswith("inherits: ") else f"({agent.model})"
+        rows.append((agent.name, agent.source, shown, model, str(agent.max_turns), agent.options))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = [
         "  ".join(cell.ljust(widths[i]) if i < 5 else cell for i, cell in enumerate(row)).rstrip()
@@ -220,26 +211,6 @@ def _render_workspace_agents(settings: Settings, directory: Path) -> str:
             for item in registry.shadowed
         ]
     return "\n".join(lines) + "\n"
-
-
-def _configured_mcp(name: str, settings: Settings) -> bool:
-    """Whether `name` names tools of a configured MCP server (or every MCP tool)."""
-    if not name.startswith(MCP_PREFIX):
-        return False
-    server = name.removeprefix(MCP_PREFIX).split("__")[0]
-    return name == f"{MCP_PREFIX}*" or server in settings.mcp_servers
-
-
-def _options(definition: AgentDefinition) -> str:
-    """What an agent file turns on beyond its tools: its worktree, memory, delegation."""
-    options = []
-    if definition.isolation == "worktree":
-        options.append("worktree")
-    if definition.memory == "project":
-        options.append("memory")
-    if definition.allowed_subagents:
-        options.append(f"delegates to {', '.join(definition.allowed_subagents)}")
-    return "; ".join(options) or "-"
 
 
 def run_slack(settings: Settings) -> int:

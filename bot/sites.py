@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,10 +20,12 @@ from bot.engine.tokens import TokenCounter
 from bot.permissions.danger import find_path_danger
 from bot.permissions.hook import PermissionHook
 from bot.permissions.rules import PermissionRules
+from bot.redaction import Redactor
 from bot.sandbox import Sandbox, SandboxPolicy, sqlite_companions
 from bot.sessions import Conversations, MainAgent, main_system_prompt
 from bot.store import SessionStore
 from bot.subagents import BUILTIN_AGENTS, AgentRegistry, SubAgentRunner, TaskTracker
+from bot.subagents.loader import KnownTools
 from bot.tools import ToolRegistry, Workspace, build_workspace_tools
 from bot.tools.base import Tool
 from bot.tools.workspace import PROTECTED_DIR
@@ -95,6 +97,8 @@ class SharedParts:
     config_files: Sequence[Path]
     # The tools of the MCP servers that are up, asked at the start of every turn.
     mcp_tools: Callable[[], Sequence[Tool]] | None = None
+    # What no stored text may hold (task logs are redacted before they are cut).
+    redact: Redactor | None = None
 
 
 def agent_roots(settings: Settings, directory: Path) -> list[Path]:
@@ -107,13 +111,20 @@ def agent_roots(settings: Settings, directory: Path) -> list[Path]:
     ]
 
 
-def agent_registry(settings: Settings, directory: Path) -> AgentRegistry:
-    """A site's agents (roots: `agent_roots`), then built-ins, with baton.yaml's aliases."""
+def agent_registry(
+    settings: Settings, directory: Path, *, tool_names: Collection[str]
+) -> AgentRegistry:
+    """A site's agents (roots: `agent_roots`), then built-ins, with baton.yaml's aliases.
+
+    `tool_names` are the site's own tools: with the configured MCP servers, what an
+    agent file may name; a file naming anything else gets a note saying it is left out.
+    """
     return AgentRegistry(
         agent_roots(settings, directory),
         BUILTIN_AGENTS,
         tool_aliases=settings.tool_aliases,
         model_aliases=settings.model_aliases,
+        known_tools=KnownTools.of(tool_names, settings.mcp_servers),
     )
 
 
@@ -151,7 +162,7 @@ async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[P
         )
         return tree_tools, (tree_permissions,)
 
-    agents = agent_registry(settings, workspace.root)
+    agents = agent_registry(settings, workspace.root, tool_names=tools.names())
     runner = SubAgentRunner(
         llm=shared.llm,
         tracker=shared.tracker,
@@ -166,6 +177,7 @@ async def build_site(directory: Path, shared: SharedParts, *, others: Iterable[P
         max_task_depth=settings.max_task_depth,
         isolated=isolated,
         worktrees_dir=settings.state_dir / "worktrees",
+        redact=shared.redact,
     )
     main_agent = MainAgent(
         llm=shared.llm,

@@ -110,6 +110,17 @@ class Forge(Protocol):
         """A token git can push to `repo` with (HTTP Basic, user `x-access-token`)."""
         ...
 
+    def forget_token(self, repo: RepoRef, token: str) -> bool:
+        """git was refused `token` for `repo`: drop it if it is cached, and say whether
+        a fresh one may work (an installation token may; a fixed token never)."""
+        ...
+
+    @property
+    def hint(self) -> str:
+        """What an operator checks when the forge refuses Baton's credentials, naming
+        the variables (`check GITHUB_TOKEN`)."""
+        ...
+
     async def close(self) -> None:
         """Release the forge's connections."""
         ...

@@ -141,6 +141,8 @@ class RemoteGitError(BatonError):
 
 
 TokenSource = Callable[[], Awaitable[str | None]]
+# The remote refused a token: drop it, and say whether a fresh one may work.
+TokenRefused = Callable[[str], bool]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,9 +160,21 @@ class GitRemote:
         repo: The repository and its URL (from `parse_remote`).
         token: Gives the token for the next command (None, or a source that answers
             None: anonymous). Errors it raises reach the caller unchanged.
+        refused: Told of a token the remote refused; when it answers True (a cached
+            installation token, dropped), the command runs once more with a fresh one,
+            as the forge's REST calls do.
+        hint: What an operator checks when the remote refuses the token, naming the
+            variables (`check GITHUB_TOKEN`); said in the error.
     """
 
-    def __init__(self, repo: RepoRef, *, token: TokenSource | None) -> None:
+    def __init__(
+        self,
+        repo: RepoRef,
+        *,
+        token: TokenSource | None,
+        refused: TokenRefused | None = None,
+        hint: str | None = None,
+    ) -> None:
         url = urlsplit(repo.url)
         if url.scheme not in ("http", "https") or any(c.isspace() for c in repo.url):
             raise RemoteGitError(f"remote {repo.url!r}: expected an http(s) URL")
@@ -168,6 +182,8 @@ class GitRemote:
             raise RemoteGitError(f"remote {repo.url!r}: the URL has control characters")
         self.repo = repo
         self._token = token
+        self._refused = refused
+        self._hint = hint
         self._scheme = url.scheme
         self._host = url.hostname or url.netloc
 
@@ -453,8 +469,27 @@ class GitRemote:
     # --- running git with the token ------------------------------------------------------
 
     async def _network(self, cwd: Path, *args: str, limit_s: float = _NETWORK_S) -> _Answer:
-        """Run one git command that talks to the remote, with the token for it alone."""
-        env, secrets = await self._credentials()
+        """Run one git command that talks to the remote, with the token for it alone.
+
+        A token the remote refuses is reported to `refused`; when a fresh one may work
+        (a revoked or expired installation token), the command runs once more with it.
+        """
+        answer, token = await self._network_once(cwd, args, limit_s)
+        if (
+            answer.returncode != 0
+            and token is not None
+            and self._refused is not None
+            and _failure(answer.stderr) is PushStatus.AUTH
+            and self._refused(token)
+        ):
+            answer, _ = await self._network_once(cwd, args, limit_s)
+        return answer
+
+    async def _network_once(
+        self, cwd: Path, args: Sequence[str], limit_s: float
+    ) -> tuple[_Answer, str | None]:
+        """One run of a network command; its answer and the token it offered."""
+        env, secrets, token = await self._credentials()
         config = (
             "protocol.allow=never",
             f"protocol.{self._scheme}.allow=always",
@@ -473,16 +508,17 @@ class GitRemote:
             ) from None
         except WorktreeError as error:
             raise RemoteGitError(_scrub(str(error), secrets)) from None
-        return _Answer(
+        answer = _Answer(
             returncode=result.returncode,
             stdout=result.stdout,
             stderr=_scrub(result.stderr, secrets),
             anonymous=not secrets,
         )
+        return answer, token or None
 
-    async def _credentials(self) -> tuple[dict[str, str], tuple[str, ...]]:
-        """The environment that hands git the token for the remote's URL, and the
-        strings no message may show."""
+    async def _credentials(self) -> tuple[dict[str, str], tuple[str, ...], str | None]:
+        """The environment that hands git the token for the remote's URL, the strings
+        no message may show, and the token."""
         token = await self._token() if self._token is not None else None
         header_key = f"http.{self.repo.url}.extraHeader"
         # An empty value empties the list: no header from the user's config goes along.
@@ -500,7 +536,7 @@ class GitRemote:
         for number, (key, value) in enumerate(entries):
             env[f"GIT_CONFIG_KEY_{number}"] = key
             env[f"GIT_CONFIG_VALUE_{number}"] = value
-        return env, secrets
+        return env, secrets, token
 
     def _error(self, result: _Answer, doing: str) -> RemoteGitError:
         """Why a network command failed, for people: AUTH or UNREACHABLE when it says so."""
@@ -512,12 +548,18 @@ class GitRemote:
                     "it asks for credentials and Baton has none (set GITHUB_TOKEN or a GitHub App)"
                 )
             else:
-                hint = "it refused Baton's token; check that it is valid and may use the repository"
+                hint = (
+                    "it refused Baton's token, which must be valid and allowed to use the "
+                    f"repository: {self._hint}"
+                    if self._hint
+                    else "it refused Baton's token; check that it is valid and may use the "
+                    "repository"
+                )
             return RemoteGitError(f"{doing}: {hint} ({result.error})", failure=failure)
         if failure is None and any(sign in result.stderr.lower() for sign in _NOT_FOUND_SIGNS):
             return RemoteGitError(
                 f"{doing}: {where} was not found at {self.repo.url}, or Baton's token may not "
-                f"see it ({result.error})",
+                f"see it{self._checks} ({result.error})",
                 failure=PushStatus.AUTH,
             )
         if failure is PushStatus.UNREACHABLE:
@@ -525,6 +567,11 @@ class GitRemote:
                 f"{doing}: could not reach {self._host} ({result.error})", failure=failure
             )
         return RemoteGitError(f"{doing}: {result.error}")
+
+    @property
+    def _checks(self) -> str:
+        """`: check GITHUB_TOKEN` (what the operator checks), or nothing when unknown."""
+        return f": {self._hint}" if self._hint else ""
 
     def _missing_base(self, base: str) -> RemoteGitError:
         return RemoteGitError(

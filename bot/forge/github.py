@@ -250,6 +250,16 @@ class GitHubForge:
         except _FAILURES as exc:
             raise self._translate(exc, repo, doing="get a token", missing="repository") from exc
 
+    def forget_token(self, repo: RepoRef, token: str) -> bool:
+        """git was refused `token`: the credentials drop it if it is cached; whether a
+        fresh one may work."""
+        return self.credentials.forget(repo, token)
+
+    @property
+    def hint(self) -> str:
+        """What to check when GitHub refuses Baton (`check GITHUB_TOKEN`, …)."""
+        return self.credentials.hint
+
     async def close(self) -> None:
         """Close the HTTP session (a later call opens a new one)."""
         session, self._session, self._gh = self._session, None, None

@@ -96,7 +96,16 @@ class ThreadRepository:
         self.store = store
         self.forge = forge
         self.trees_dir = state_dir / THREADS_DIR / self.repo.owner / self.repo.name
-        self.remote = remote if remote is not None else GitRemote(self.repo, token=self._token)
+        self.remote = (
+            remote
+            if remote is not None
+            else GitRemote(
+                self.repo,
+                token=self._token,
+                refused=self._token_refused,
+                hint=forge.hint if forge is not None else None,
+            )
+        )
         # Threads whose worktree is being made or changed here: one at a time each.
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
@@ -113,6 +122,10 @@ class ThreadRepository:
         if self.forge is None:
             return None
         return await self.forge.token(self.repo)
+
+    def _token_refused(self, token: str) -> bool:
+        """git was refused `token`: the forge drops it; whether a fresh one may work."""
+        return self.forge is not None and self.forge.forget_token(self.repo, token)
 
     def _lock(self, session_key: str) -> asyncio.Lock:
         lock = self._locks.get(session_key)

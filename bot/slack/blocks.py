@@ -845,8 +845,55 @@ HOME_HINT = (
 )
 
 
-# Workspaces whose agents App Home describes (each a block; Slack allows 100 in a view).
-HOME_WORKSPACES = 20
+# App Home's agents (`Baton.agents_summary`): at most this many sections of lines, each
+# within Slack's section limit however much escaping grows a line; past them, a line
+# saying how many agents are left and that `baton agents` lists them all. (A view holds
+# 100 blocks: the rest of App Home uses at most about 60.)
+HOME_AGENT_BLOCKS = 12
+HOME_AGENT_LINE_CHARS = 560  # escaped (x5 at worst) within HOME_AGENT_BLOCK_CHARS
+HOME_AGENT_BLOCK_CHARS = 2_900
+HOME_AGENTS_ELSEWHERE = "`baton agents` on the bot's host lists every agent with all its notes"
+
+
+def home_agents_blocks(agents: str | None) -> list[Block]:
+    """App Home's agents: the lines of `agents` escaped (they hold what agent files say),
+    a workspace's line starting a section, packed into at most `HOME_AGENT_BLOCKS`
+    sections; the agents and refused files left over are counted, with where to see them.
+    """
+    lines = [line for line in (agents or "").splitlines() if line.strip()]
+    blocks: list[Block] = []
+    current: list[str] = []
+    size = 0
+    for index, line in enumerate(lines):
+        text = escape_mrkdwn(_clip(line, HOME_AGENT_LINE_CHARS))
+        heading = not line.startswith(("•", "⚠"))
+        if current and (heading or size + 1 + len(text) > HOME_AGENT_BLOCK_CHARS):
+            if len(blocks) == HOME_AGENT_BLOCKS - 1:
+                blocks.append(_section("\n".join(current)))
+                return [*blocks, _context(_agents_left(lines[index:]))]
+            blocks.append(_section("\n".join(current)))
+            current, size = [], 0
+        current.append(text)
+        size += len(text) + 1
+    if current:
+        blocks.append(_section("\n".join(current)))
+    return blocks
+
+
+def _agents_left(lines: Sequence[str]) -> str:
+    """The line saying what App Home leaves out: "… and 88 more agents and …"."""
+    agents = sum(1 for line in lines if line.startswith("•"))
+    refused = sum(1 for line in lines if line.startswith("⚠"))
+    workspaces = len(lines) - agents - refused
+    counted = (
+        (agents, "more agent"),
+        (refused, "more refused agent file"),
+        (workspaces, "more workspace"),
+    )
+    said = " and ".join(
+        f"{count:,} {noun}{'' if count == 1 else 's'}" for count, noun in counted if count
+    )
+    return f"… and {said} not shown here: {HOME_AGENTS_ELSEWHERE}"
 
 
 def home_view(
@@ -867,8 +914,9 @@ def home_view(
 ) -> dict[str, Any]:
     """The App Home tab: task counts, today's usage and the viewer's recent tasks.
 
-    `agents` is a line per workspace: its agents, agent files refused and why, and the
-    project instructions its runs read (`Baton.agents_summary`).
+    `agents` is `Baton.agents_summary`: per workspace a line (its agents, the project
+    instructions its runs read), a `•` line per agent and a `⚠` line per agent file
+    refused there (`home_agents_blocks` lays them out within Slack's limits).
 
     `warning` is something every user should know before giving work (commands running
     without a sandbox); it stands right under the title. `usage` is one line of the
@@ -898,8 +946,7 @@ def home_view(
         blocks.append(_context(escape_mrkdwn(_clip(feedback, 2_000))))
     if servers:
         blocks.append(_context(escape_mrkdwn(_clip(servers, 2_000))))
-    for line in (agents or "").splitlines()[:HOME_WORKSPACES]:
-        blocks.append(_context(escape_mrkdwn(_clip(line, 2_000))))
+    blocks += home_agents_blocks(agents)
     if pulls:
         blocks.append(_context(pulls))  # Baton's own links: see `Baton.pulls_line`
     blocks += [

@@ -6,15 +6,18 @@ from __future__ import annotations
 import re
 import textwrap
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from bot.subagents.definition import TASK_TOOL_NAME
 
-# Model names Claude Code resolves itself; Baton's configuration maps them (not done here).
-CLAUDE_MODEL_ALIASES = frozenset({"sonnet", "opus", "haiku", "inherit"})
+# Model names Claude Code resolves itself (compared lower-cased); Baton's configuration
+# maps them (not done here), and never sends one to the provider as written.
+CLAUDE_MODEL_ALIASES = frozenset(
+    {"sonnet", "opus", "haiku", "inherit", "default", "opusplan", "sonnet[1m]", "opus[1m]"}
+)
 
 # Claude Code's tools that Baton has, under Baton's name.
 CLAUDE_TOOLS: Mapping[str, str] = {
@@ -86,6 +89,8 @@ _YAML_SPECIAL = re.compile(r"[{}\[\]*&#!|>%@`]|: ")
 _BLOCK_SCALAR = re.compile(r"[|>][+-]?[0-9]?\s*")
 _SCOPED = re.compile(r"([^()\s]+)\((.*)\)", re.DOTALL)
 _UNREAD = object()
+# How many names one note lists before it counts the rest (a file may list thousands).
+NAMES_IN_A_NOTE = 12
 
 
 # What PyYAML raises on text it cannot read (an impossible date is a ValueError).
@@ -235,45 +240,72 @@ def map_tools(
 ) -> tuple[tuple[str, ...], list[str]]:
     """Map tool entries as written to Baton's or MCP names, with a note for each change.
 
-    `aliases` (an operator's, name as written -> tool name) come first, then Claude
-    Code's table (exact, or all lower-case); other names are kept as written. Tools
-    Baton lacks are left out. Duplicates are collapsed. `key` names the field in the
-    notes; `denying`: the entries are a denylist.
+    `aliases` (an operator's, name as written -> tool name) come first, matched as
+    written, else in any case (`webfetch` maps `WebFetch`); then Claude Code's table
+    (exact, or all lower-case); other names are kept as written (the registry reports
+    those it does not know). Tools Baton lacks are left out. Duplicates are collapsed.
+    `key` names the field in the notes; `denying`: the entries are a denylist. Notes
+    list a bounded number of names, however many the file gives.
     """
-    names: list[str] = []
-    renamed: list[str] = []
-    missing: list[str] = []
-    notes: list[str] = []
+    any_case: dict[str, str] = {}
+    for name, target in aliases.items():
+        any_case.setdefault(name.lower(), target)
+    # Dicts as ordered sets: a file may list thousands of entries.
+    names: dict[str, None] = {}
+    renamed: dict[str, None] = {}
+    missing: dict[str, None] = {}
+    found: dict[str, None] = {}
     for entry in entries:
         scoped = _SCOPED.fullmatch(entry)
         base, scope = (scoped.group(1), scoped.group(2).strip()) if scoped else (entry, "")
-        if entry in aliases or base in aliases:
-            target = aliases[entry] if entry in aliases else aliases[base]
-            renamed.append(f"{entry} → {target} (tool_aliases)")
-            if entry not in aliases and scope not in ("", "*"):
-                notes.append(_scope_note(entry, target, scope, denying))
+        alias = _alias(entry, aliases, any_case)
+        by_base = alias is None and scoped is not None
+        if by_base:
+            alias = _alias(base, aliases, any_case)
+        if alias is not None:
+            target = alias
+            renamed[f"{entry} → {target} (tool_aliases)"] = None
+            if by_base and scope not in ("", "*"):
+                found[_scope_note(entry, target, scope, denying)] = None
         elif base in CLAUDE_TOOLS or base in _LOWER_TOOLS:
             target = CLAUDE_TOOLS.get(base) or _LOWER_TOOLS[base]
             if target == TASK_TOOL_NAME and not denying:
-                notes.append(
+                found[
                     f"tool {entry}: in Baton, delegation comes from allowed_subagents, not tools"
-                )
+                ] = None
             elif scope not in ("", "*"):
-                notes.append(_scope_note(entry, target, scope, denying))
+                found[_scope_note(entry, target, scope, denying)] = None
             elif target != entry:
-                renamed.append(f"{entry} → {target}")
+                renamed[f"{entry} → {target}"] = None
         elif base in CLAUDE_TOOLS_MISSING or base in _LOWER_MISSING:
-            missing.append(entry)
+            missing[entry] = None
             continue
         else:
             target = entry
-        if target not in names:
-            names.append(target)
+        names[target] = None
+    notes = _bounded(list(found), "more notes on single entries")
     if renamed:
-        notes.insert(0, f"{key}: {', '.join(renamed)}")
+        notes.insert(0, f"{key}: {listed(list(renamed))}")
     if missing:
-        notes.append(_missing_note(missing, denying))
+        notes.append(_missing_note(list(missing), denying))
     return tuple(names), notes
+
+
+def _alias(name: str, aliases: Mapping[str, str], any_case: Mapping[str, str]) -> str | None:
+    return aliases.get(name) or any_case.get(name.lower())
+
+
+def _bounded(notes: list[str], more: str) -> list[str]:
+    if len(notes) <= NAMES_IN_A_NOTE:
+        return notes
+    return [*notes[:NAMES_IN_A_NOTE], f"… and {len(notes) - NAMES_IN_A_NOTE:,} {more}"]
+
+
+def listed(names: Sequence[str], limit: int = NAMES_IN_A_NOTE) -> str:
+    """`a, b, c`, or the first `limit` of them and how many more."""
+    if len(names) <= limit:
+        return ", ".join(names)
+    return f"{', '.join(names[:limit])} and {len(names) - limit:,} more"
 
 
 def _scope_note(entry: str, target: str, scope: str, denying: bool) -> str:
@@ -289,15 +321,15 @@ def _scope_note(entry: str, target: str, scope: str, denying: bool) -> str:
 
 
 def _missing_note(missing: list[str], denying: bool) -> str:
-    listed = ", ".join(missing)
+    names = listed(missing)
     one = len(missing) == 1
     if denying:
         return (
-            f"disallowed {'tool' if one else 'tools'} {listed}: Baton has no such "
+            f"disallowed {'tool' if one else 'tools'} {names}: Baton has no such "
             f"{'tool' if one else 'tools'}; nothing to deny"
         )
     return (
-        f"{'tool' if one else 'tools'} {listed}: Baton has no such {'tool' if one else 'tools'} "
+        f"{'tool' if one else 'tools'} {names}: Baton has no such {'tool' if one else 'tools'} "
         f"(an operator can map {'it' if one else 'them'} with tool_aliases); left out"
     )
 

@@ -5,7 +5,8 @@ Claude Code's agent files load as written; `claude_code` says how they map onto 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,15 @@ from bot.subagents.claude_code import (
     YAML_FAILURES,
     FrontmatterProblem,
     count_values,
+    listed,
     map_tools,
     read_leniently,
     tool_entries,
     yaml_problem,
 )
-from bot.subagents.definition import AgentDefinition
+from bot.subagents.definition import TASK_TOOL_NAME, AgentDefinition
+from bot.tools.base import MCP_PREFIX
+from bot.tools.skills import SKILL_TOOL_NAME
 
 FRONTMATTER_KEYS = frozenset(
     {
@@ -46,6 +50,38 @@ FRONTMATTER_KEYS = frozenset(
 # Bounds on what one file's frontmatter may hold (YAML aliases can multiply values).
 MAX_FRONTMATTER_CHARS = 64 * 1024
 MAX_FRONTMATTER_VALUES = 5_000
+# Bounds on what loading says about one file (however many entries it has).
+MAX_NOTES = 24
+MAX_NOTE_CHARS = 600
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KnownTools:
+    """The tool names an agent file can use here: Baton's own tools (a site's) and the
+    tools of the configured MCP servers (known by server: a server lists its tools only
+    once it is up).
+
+    Attributes:
+        names: Baton's tool names (`read_file`, `bash`, `skill`, …).
+        mcp_servers: The server names of `mcp_servers` in baton.yaml.
+    """
+
+    names: frozenset[str]
+    mcp_servers: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, names: Collection[str], mcp_servers: Collection[str] = ()) -> KnownTools:
+        return cls(names=frozenset(names), mcp_servers=frozenset(mcp_servers))
+
+    def knows(self, name: str) -> bool:
+        """Whether `name` (as a tools entry, after mapping) can give an agent a tool."""
+        if name in self.names or name == TASK_TOOL_NAME:
+            return True  # `task` is said about where it is mapped
+        if not name.startswith(MCP_PREFIX):
+            return False
+        if name == f"{MCP_PREFIX}*":
+            return bool(self.mcp_servers)
+        return name.removeprefix(MCP_PREFIX).split("__")[0] in self.mcp_servers
 
 
 def parse_agent_text(
@@ -53,11 +89,14 @@ def parse_agent_text(
     source: str,
     default_name: str,
     tool_aliases: Mapping[str, str] | None = None,
+    known_tools: KnownTools | None = None,
 ) -> AgentDefinition:
     """Build a definition from a file's text; raise `AgentDefinitionError` saying why not.
 
     `tool_aliases` (tool name as written -> Baton or MCP tool name) are applied before
-    Claude Code's names are mapped.
+    Claude Code's names are mapped. With `known_tools`, a tool name that gives no tool
+    here (after mapping) is kept as written and said in a note: nothing is left out
+    silently.
     """
     parts = split_frontmatter(text)
     if parts is None:
@@ -83,20 +122,72 @@ def parse_agent_text(
         fields = _fields(data, default_name, aliases, notes)
     except FrontmatterProblem as exc:
         raise AgentDefinitionError(source, str(exc)) from exc
-    fields.update(system_prompt=body, source=source, notes=tuple(notes))
+    if known_tools is not None:
+        notes += unknown_tool_notes(fields, known_tools)
+    fields.update(system_prompt=body, source=source, notes=_bounded_notes(notes))
     try:
         return AgentDefinition.model_validate(fields)
     except ValidationError as exc:
         raise AgentDefinitionError(source, _problems(exc)) from exc
 
 
-def parse_agent_file(path: Path, tool_aliases: Mapping[str, str] | None = None) -> AgentDefinition:
+def parse_agent_file(
+    path: Path,
+    tool_aliases: Mapping[str, str] | None = None,
+    known_tools: KnownTools | None = None,
+) -> AgentDefinition:
     """Read and parse one agent file; the file name supplies a missing name."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise AgentDefinitionError(str(path), f"cannot be read ({exc})") from exc
-    return parse_agent_text(text, str(path), default_name=path.stem, tool_aliases=tool_aliases)
+    return parse_agent_text(
+        text, str(path), default_name=path.stem, tool_aliases=tool_aliases, known_tools=known_tools
+    )
+
+
+def unknown_tool_notes(fields: Mapping[str, Any], known: KnownTools) -> list[str]:
+    """Notes for the tools and disallowed tools (mapped already) that name nothing here."""
+    notes: list[str] = []
+    tools = fields.get("tools")
+    if isinstance(tools, tuple) and tools:
+        unknown = [name for name in tools if not known.knows(name)]
+        servers = [name for name in unknown if name.startswith(MCP_PREFIX)]
+        others = [name for name in unknown if not name.startswith(MCP_PREFIX)]
+        if others:
+            one = len(others) == 1
+            notes.append(
+                f"{'tool' if one else 'tools'} {listed(others)}: Baton has no tool of "
+                f"{'that name' if one else 'those names'} (an operator can map "
+                f"{'it' if one else 'them'} with tool_aliases); left out"
+            )
+        if servers:
+            notes.append(
+                f"{'tool' if len(servers) == 1 else 'tools'} {listed(servers)}: no such MCP "
+                "server is configured (mcp_servers in baton.yaml); left out"
+            )
+        if len(unknown) == len(tools):
+            notes.append("tools: none of the tools listed is available here, so it gets no tools")
+    denied = fields.get("disallowed_tools")
+    if isinstance(denied, tuple):
+        if unknown_denied := [name for name in denied if not known.knows(name)]:
+            one = len(unknown_denied) == 1
+            notes.append(
+                f"disallowed {'tool' if one else 'tools'} {listed(unknown_denied)}: no such "
+                f"{'tool' if one else 'tools'} here; nothing to deny"
+            )
+    return notes
+
+
+def _bounded_notes(notes: list[str]) -> tuple[str, ...]:
+    """The notes once each, each and all of them of a bounded size."""
+    unique = [
+        note if len(note) <= MAX_NOTE_CHARS else note[: MAX_NOTE_CHARS - 1] + "…"
+        for note in dict.fromkeys(notes)
+    ]
+    if len(unique) > MAX_NOTES:
+        unique = [*unique[: MAX_NOTES - 1], f"… and {len(unique) - MAX_NOTES + 1:,} more notes"]
+    return tuple(unique)
 
 
 def _read_frontmatter(header: str, source: str) -> tuple[dict[str, Any], list[str]]:
@@ -172,6 +263,7 @@ def _fields(
     if fields.get("max_turns") is None:
         fields.pop("max_turns", None)
     _tools(fields, written, aliases, notes)
+    _skills_without_the_skill_tool(fields, notes)
     if extra:
         fields["extra"] = extra
         notes.append(f"unused keys kept: {', '.join(extra)}")
@@ -243,6 +335,24 @@ def _tools(
         denied, more = map_tools(entries, key, aliases, denying=True)
         notes += more
         fields["disallowed_tools"] = denied
+
+
+def _skills_without_the_skill_tool(fields: Mapping[str, Any], notes: list[str]) -> None:
+    """Say what becomes of `skills` when the file's tool list leaves out the skill tool.
+
+    As Claude Code does with an agent file's `skills`, their instructions are put in
+    the agent's prompt when it starts (the runner does it): the file does not have to
+    list the skill tool, and nothing it names is dropped unsaid.
+    """
+    tools, skills = fields.get("tools"), fields.get("skills")
+    if not isinstance(tools, tuple) or SKILL_TOOL_NAME in tools or not skills:
+        return
+    names = [skills] if isinstance(skills, str) else skills
+    shown = listed([str(name) for name in names]) if isinstance(names, list | tuple) else ""
+    notes.append(
+        f"skills {shown}: its tools leave out the skill tool, so these skills' instructions "
+        "are put in its prompt when it starts (as Claude Code preloads an agent's skills)"
+    )
 
 
 def _problems(exc: ValidationError) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,12 +62,18 @@ def build_child_prompt(
     skills_dir: Path,
     memory_root: Path | None = None,
     isolated: bool = False,
+    preload: Callable[[str], str | None] | None = None,
 ) -> ChildPrompt:
     """Compose the child's system prompt; a missing skill is reported, not fatal.
 
     `memory_root`: the project whose `.baton/memory/<agent>.md` the agent reads (None:
     no memory). `isolated`: the child works in a worktree of its own. The workspace's
     `AGENTS.md` (or `CLAUDE.md`) is read now, unless the definition opts out.
+
+    A skill folder (`<name>/SKILL.md`) the definition names is left to the child's
+    `skill` tool; with `preload` (the child has no `skill` tool), its instructions are
+    put in the prompt instead, as Claude Code does, and one `preload` cannot give is
+    reported missing.
     """
     sections = [
         definition.system_prompt,
@@ -85,7 +92,9 @@ def build_child_prompt(
     missing = []
     for name in definition.skills:
         body = load_skill(skills_dir, name)
-        if body is None and _skill_folder_exists(workspace, skills_dir, name):
+        if body is None and preload is not None:
+            body = preload(name)
+        elif body is None and _skill_folder_exists(workspace, skills_dir, name):
             continue  # a skill folder: offered by the `skill` tool, loaded on demand
         if body is None:
             missing.append(name)

@@ -10,7 +10,7 @@ from pathlib import Path
 from bot.errors import AgentDefinitionError
 from bot.subagents.claude_code import CLAUDE_MODEL_ALIASES
 from bot.subagents.definition import AgentDefinition
-from bot.subagents.loader import parse_agent_file
+from bot.subagents.loader import KnownTools, parse_agent_file
 
 logger = logging.getLogger(__name__)
 
@@ -42,19 +42,22 @@ class LoadedAgents:
 def resolve_model(definition: AgentDefinition, model_aliases: Mapping[str, str]) -> AgentDefinition:
     """`definition` with its model as the provider knows it.
 
-    A name in `model_aliases` becomes the provider's model; one of Claude Code's aliases
-    (sonnet, opus, haiku) with no entry runs on the parent's model: Baton never sends a
-    name it knows to be an alias. Either way a note says so.
+    A name in `model_aliases` (as written, else in any case: `Sonnet` is `sonnet`)
+    becomes the provider's model; one of Claude Code's aliases (sonnet, opus, haiku,
+    opusplan, …) with no entry runs on the parent's model: Baton never sends a name it
+    knows to be an alias. Either way a note says so.
     """
     model = definition.model
     if model is None:
         return definition
-    if model in model_aliases:
-        note = f"model {model} → {model_aliases[model]} (model_aliases)"
-        return definition.model_copy(
-            update={"model": model_aliases[model], "notes": (*definition.notes, note)}
-        )
-    if model.lower() in CLAUDE_MODEL_ALIASES:
+    target = model_aliases.get(model)
+    if target is None:
+        any_case = {name.lower(): value for name, value in reversed(model_aliases.items())}
+        target = any_case.get(model.strip().lower())
+    if target is not None:
+        note = f"model {model} → {target} (model_aliases)"
+        return definition.model_copy(update={"model": target, "notes": (*definition.notes, note)})
+    if model.strip().lower() in CLAUDE_MODEL_ALIASES:
         note = (
             f"model {model}: Claude Code's alias, not a model the provider knows; runs on "
             "the parent's model (map it with model_aliases in baton.yaml)"
@@ -63,12 +66,30 @@ def resolve_model(definition: AgentDefinition, model_aliases: Mapping[str, str])
     return definition
 
 
+def load_agent_file(
+    path: Path,
+    *,
+    tool_aliases: Mapping[str, str] | None = None,
+    model_aliases: Mapping[str, str] | None = None,
+    known_tools: KnownTools | None = None,
+) -> AgentDefinition:
+    """One agent file as a registry loads it: parsed, tools mapped (and those that name
+    nothing here noted, with `known_tools`), its model as the provider knows it.
+
+    Raises:
+        AgentDefinitionError: The file is invalid; the reason says why.
+    """
+    definition = parse_agent_file(path, tool_aliases=tool_aliases, known_tools=known_tools)
+    return resolve_model(definition, model_aliases or {})
+
+
 def load_agents(
     roots: Sequence[Path],
     builtins: Iterable[AgentDefinition],
     *,
     tool_aliases: Mapping[str, str] | None = None,
     model_aliases: Mapping[str, str] | None = None,
+    known_tools: KnownTools | None = None,
 ) -> LoadedAgents:
     """Load every `*.md` of each root in order, then the built-ins; the first valid name wins.
 
@@ -100,8 +121,11 @@ def load_agents(
             if not path.is_file():
                 continue
             try:
-                definition = resolve_model(
-                    parse_agent_file(path, tool_aliases=tool_aliases), model_aliases
+                definition = load_agent_file(
+                    path,
+                    tool_aliases=tool_aliases,
+                    model_aliases=model_aliases,
+                    known_tools=known_tools,
                 )
             except AgentDefinitionError as exc:
                 invalid.append(InvalidAgentFile(path=exc.source, reason=exc.reason))
@@ -131,11 +155,15 @@ class AgentRegistry:
         *,
         tool_aliases: Mapping[str, str] | None = None,
         model_aliases: Mapping[str, str] | None = None,
+        known_tools: KnownTools | None = None,
     ) -> None:
+        """`known_tools`: the tools agents can have here; a file naming others gets a
+        note saying so (None: names are not checked)."""
         self.roots = tuple(roots)
         self.builtins = tuple(builtins)
         self.tool_aliases = dict(tool_aliases or {})
         self.model_aliases = dict(model_aliases or {})
+        self.known_tools = known_tools
         self._signature: tuple[tuple[str, int, int], ...] | None = None
         self._loaded = LoadedAgents(definitions=(), invalid=(), shadowed=())
         self.refresh()
@@ -148,6 +176,7 @@ class AgentRegistry:
                 self.builtins,
                 tool_aliases=self.tool_aliases,
                 model_aliases=self.model_aliases,
+                known_tools=self.known_tools,
             )
             self._signature = signature
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bot import tracing
-from bot.describe import describe_event, stop_error
+from bot.describe import Redact, describe_event, stop_error
 from bot.engine import (
     ApprovalDecision,
     ApprovalFunc,
@@ -29,6 +30,7 @@ from bot.engine import (
     ToolStart,
     Usage,
 )
+from bot.engine.hooks import decide
 from bot.engine.messages import ChatMessage
 from bot.engine.tokens import TokenCounter
 from bot.errors import ToolError
@@ -49,7 +51,7 @@ from bot.subagents.registry import AgentRegistry
 from bot.subagents.task_tool import TaskTool
 from bot.subagents.tracker import TaskTracker
 from bot.tools.base import Tool, ToolRegistry
-from bot.tools.skills import SkillTool
+from bot.tools.skills import SKILL_TOOL_NAME, SkillTool
 
 logger = logging.getLogger(__name__)
 
@@ -126,11 +128,13 @@ class SubAgentRunner:
         max_task_depth: int = 2,
         isolated: IsolatedSite | None = None,
         worktrees_dir: Path | None = None,
+        redact: Redact | None = None,
     ) -> None:
         """`registry` serves the `task` tool of children that may delegate (none without
         it), down to `max_task_depth` (the main agent is 0). `isolated` builds tools
         working in a worktree under `worktrees_dir`; without both, `isolation: worktree`
-        is refused.
+        is refused. `redact` masks credentials in every task-log line before the line is
+        shortened: a secret cut in two is no longer found, and its first half would stay.
         """
         self.llm = llm
         self.tracker = tracker
@@ -148,6 +152,7 @@ class SubAgentRunner:
         self.max_task_depth = max_task_depth
         self.isolated = isolated
         self.worktrees_dir = worktrees_dir
+        self.redact: Redact = redact if redact is not None else _unchanged
         # Per checkout: when its last check began, and that check (done or in flight).
         self._repository_checks: dict[Path, tuple[float, asyncio.Future[None]]] = {}
 
@@ -664,12 +669,17 @@ class SubAgentRunner:
         where: Path,
     ) -> _Ending:
         """Run the child's engine; ask once for a handoff it did not submit."""
+        # The site's own hooks: an isolated child's first one waits for its checkout.
+        preload = await _preloader(
+            definition, tools, parent.hooks if parent.hooks is not None else self.hooks
+        )
         child_prompt = build_child_prompt(
             definition,
             workspace=where,
             skills_dir=self.skills_dir,
             memory_root=self.workspace if definition.memory == "project" else None,
             isolated=where != (parent.root or self.workspace),
+            preload=preload.load if preload is not None else None,
         )
         submit = SubmitResult()
         extra, delegates = self._child_tools(
@@ -694,8 +704,11 @@ class SubAgentRunner:
             delegates=delegates,
         )
         lines = [f"Starting {definition.name} ({engine.model}, {len(engine.tools)} tools)"]
+        refused = preload.refused if preload is not None else {}
         lines += [
-            f"⚠ skill {name!r} not found; running without it"
+            f"⚠ skill {name!r} not put in its prompt ({refused[name]}); running without it"
+            if name in refused
+            else f"⚠ skill {name!r} not found; running without it"
             for name in child_prompt.missing_skills
         ]
         await self.tracker.append_log(record.id, *lines)
@@ -732,7 +745,7 @@ class SubAgentRunner:
             handoff = fallback_handoff(last_text, NO_HANDOFF_REASON)
             await self.tracker.append_log(record.id, f"⚠ {NO_HANDOFF_REASON}")
         if handoff is not None:
-            await self.tracker.append_log(record.id, *_handoff_log(handoff))
+            await self.tracker.append_log(record.id, *_handoff_log(handoff, self.redact))
         return _Ending(
             state=state,
             text=last_text,
@@ -772,12 +785,12 @@ class SubAgentRunner:
                 piece = "".join(text).strip()
                 text.clear()
                 if piece:
-                    await self.tracker.append_log(record.id, _clip(piece))
+                    await self.tracker.append_log(record.id, _clip(self.redact(piece)))
             if isinstance(event, ErrorEvent):
                 error = event.message
             if isinstance(event, Done):
                 done = event
-            if line := describe_event(event):
+            if line := describe_event(event, redact=self.redact):
                 await self.tracker.append_log(record.id, line)
         assert done is not None
         return done, error
@@ -791,6 +804,49 @@ def child_tools(definition: AgentDefinition, parent: ToolRegistry) -> ToolRegist
         return tools
     return ToolRegistry(
         tool.limited(definition.skills) if isinstance(tool, SkillTool) else tool for tool in tools
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Preload:
+    """How the skills a child's file names reach it when its tools leave out `skill`
+    (as Claude Code does, in its prompt), and those the rules keep out, with why."""
+
+    load: Callable[[str], str | None]
+    refused: dict[str, str]
+
+
+async def _preloader(
+    definition: AgentDefinition, tools: ToolRegistry, hooks: Sequence[Hook]
+) -> _Preload | None:
+    """None when the child has the `skill` tool itself. Otherwise each skill is read by
+    the parent's `skill` tool (its limit and the deny rules on reading hold), once the
+    hooks allow a call of it: a rule that denies or asks keeps the skill out (nobody can
+    be asked while a prompt is made). Without a parent's tool, none is read."""
+    if not definition.skills or SKILL_TOOL_NAME in child_tools(definition, tools):
+        return None
+    skill = tools.get(SKILL_TOOL_NAME)
+    if not isinstance(skill, SkillTool):
+        return _Preload(load=lambda name: None, refused={})
+    limited = skill.limited(definition.skills)
+    allowed: set[str] = set()
+    refused: dict[str, str] = {}
+    for name in definition.skills:
+        raw = json.dumps({"name": name})
+        try:
+            arguments = limited.parse_arguments(raw)
+        except ToolError:
+            continue  # not a name a skill can have: reported missing
+        invocation = ToolInvocation(
+            call_id=f"preload-{name}", tool=limited, arguments=arguments, raw_arguments=raw
+        )
+        decision = await decide(hooks, invocation)
+        if decision.action == "allow":
+            allowed.add(name)
+        else:
+            refused[name] = decision.reason or decision.action
+    return _Preload(
+        load=lambda name: limited.preload(name) if name in allowed else None, refused=refused
     )
 
 
@@ -812,12 +868,16 @@ def _inbox(tracker: TaskTracker, task_id: str) -> Callable[[], list[ChatMessage]
     return take
 
 
-def _handoff_log(handoff: Handoff) -> list[str]:
-    lines = [f"Handoff: {handoff.status}", _clip(handoff.answer)]
-    lines += [f"  evidence: {item}" for item in handoff.evidence]
-    lines += [f"  limitation: {item}" for item in handoff.limitations]
-    lines += [f"  claim: {claim.topic}: {claim.position}" for claim in handoff.claims]
+def _handoff_log(handoff: Handoff, redact: Redact) -> list[str]:
+    lines = [f"Handoff: {handoff.status}", _clip(redact(handoff.answer))]
+    lines += [f"  evidence: {redact(item)}" for item in handoff.evidence]
+    lines += [f"  limitation: {redact(item)}" for item in handoff.limitations]
+    lines += [f"  claim: {redact(f'{claim.topic}: {claim.position}')}" for claim in handoff.claims]
     return lines
+
+
+def _unchanged(text: str) -> str:
+    return text
 
 
 def _when_checked_out(populating: asyncio.Task[worktrees.Worktree]) -> Hook:

@@ -566,16 +566,37 @@ class SkillTool(Tool):
     async def run(self, args: SkillArgs) -> str:
         return await asyncio.to_thread(self._load, args.name, args.file)
 
+    def preload(self, name: str) -> str | None:
+        """The skill's instructions and the list of its files, for an agent without the
+        `skill` tool (as Claude Code puts an agent file's skills in its context when it
+        starts); None when this tool offers no such skill or cannot read it."""
+        skill = next((s for s in self.skills() if s.name == name), None)
+        if skill is None:
+            return None
+        how = "read them with read_file, if you have it"
+        try:
+            return self._instructions(skill, how)
+        except (ToolError, OSError):
+            return None
+
     def _load(self, name: str, file: str | None) -> str:
         offered = self.skills()
         skill = next((s for s in offered if s.name == name), None)
         if skill is None:
             names = ", ".join(s.name for s in offered[:MAX_LISTED_SKILLS]) or "none"
             raise ToolError(f"no skill named {clip(name, 80)!r}; available: {names}")
-        real = _real_folder(self.workspace, skill.folder)
-        assert real is not None
         if file is not None:
+            real = _real_folder(self.workspace, skill.folder)
+            assert real is not None
             return self._read_file(real, file)
+        return self._instructions(skill, f"read them with skill(name={skill.name!r}, file=<path>)")
+
+    def _instructions(self, skill: Skill, how: str) -> str:
+        """SKILL.md's body and the files of the skill's folder; `how` says how to read
+        those files."""
+        real = _real_folder(self.workspace, skill.folder)
+        if real is None:
+            raise ToolError(f"the folder of skill {skill.name!r} is not where it was found")
         opened = _open_in_skill(self.workspace, real, SKILL_FILE, hide=self.hide)
         try:
             text, more = _read_text(opened, binary_ok=False)
@@ -586,7 +607,7 @@ class SkillTool(Tool):
         shown = "/".join((*real, SKILL_FILE))
         lines = [
             f"Skill {skill.name} ({skill.source}). Paths it names are relative to its folder, "
-            f"{skill.folder}/; read its files with skill(name={skill.name!r}, file=<path>).",
+            f"{skill.folder}/; {how}.",
             "",
             _shown_text(body, more, size, shown, first_line)
             if body

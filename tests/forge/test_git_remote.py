@@ -333,6 +333,79 @@ async def test_a_wrong_or_revoked_token_is_auth_and_never_shown(
     assert forge.head("acme/api", BRANCH) is None
 
 
+class Rotating:
+    """Tokens as an installation's cache hands them out: the cached one until it is
+    dropped, then a fresh one; records what the remote refused."""
+
+    def __init__(self, *tokens: str, fresh_may_work: bool = True) -> None:
+        self.tokens = list(tokens)
+        self.refused: list[str] = []
+        self.fresh_may_work = fresh_may_work
+
+    async def token(self) -> str | None:
+        return self.tokens[0]
+
+    def drop(self, token: str) -> bool:
+        self.refused.append(token)
+        if self.fresh_may_work and len(self.tokens) > 1 and self.tokens[0] == token:
+            self.tokens.pop(0)
+        return self.fresh_may_work
+
+
+async def test_a_push_refused_with_a_cached_token_gets_a_fresh_one_once(
+    clone: Path, worktree: Path, forge: FakeGitServer
+) -> None:
+    """As the REST calls do: git refused the cached installation token (revoked early),
+    so it is dropped and the push runs once more with a new one."""
+    mine = commit(worktree, {"feature.py": "x = 1\n"}, "Add feature")
+    tokens = Rotating("ghs_revokedRevokedRevoked", TOKEN)
+    remote = GitRemote(
+        parse_remote(forge.repo_url("acme/api")), token=tokens.token, refused=tokens.drop
+    )
+    outcome = await remote.push(clone, BRANCH, expected_remote=None)
+    assert outcome.status is PushStatus.PUSHED and forge.head("acme/api", BRANCH) == mine
+    assert tokens.refused == ["ghs_revokedRevokedRevoked"]
+
+
+async def test_a_fresh_token_refused_too_is_tried_once_and_named_to_check(
+    clone: Path, worktree: Path, forge: FakeGitServer
+) -> None:
+    commit(worktree, {"feature.py": "x = 1\n"}, "Add feature")
+    tokens = Rotating("ghs_revokedOne111111", "ghs_revokedTwo222222")
+    remote = GitRemote(
+        parse_remote(forge.repo_url("acme/api")),
+        token=tokens.token,
+        refused=tokens.drop,
+        hint="check GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY and the app's installation",
+    )
+    outcome = await remote.push(clone, BRANCH, expected_remote=None)
+    assert outcome.status is PushStatus.AUTH
+    assert tokens.refused == ["ghs_revokedOne111111"]  # one retry, not a loop
+    assert "GITHUB_APP_ID" in outcome.message
+    assert not any(token in outcome.message for token in ("ghs_revokedOne", "ghs_revokedTwo"))
+
+
+async def test_a_fixed_token_refused_is_not_retried_and_the_variable_is_named(
+    clone: Path, worktree: Path, forge: FakeGitServer
+) -> None:
+    commit(worktree, {"feature.py": "x = 1\n"}, "Add feature")
+    forge.revoke(TOKEN)
+    tokens = Rotating(TOKEN, fresh_may_work=False)
+    remote = GitRemote(
+        parse_remote(forge.repo_url("acme/api")),
+        token=tokens.token,
+        refused=tokens.drop,
+        hint="check GITHUB_TOKEN",
+    )
+    outcome = await remote.push(clone, BRANCH, expected_remote=None)
+    assert outcome.status is PushStatus.AUTH and "check GITHUB_TOKEN" in outcome.message
+    assert tokens.refused == [TOKEN]
+    assert len([r for r in forge.requests if r.status == 401]) == 1  # asked once
+    with pytest.raises(RemoteGitError) as caught:
+        await remote.fetch_base(clone, "main")
+    assert "check GITHUB_TOKEN" in str(caught.value)
+
+
 async def test_anonymous_gets_auth_and_no_user_helper_or_header_speaks_for_it(
     clone: Path, worktree: Path, forge: FakeGitServer, isolated_git: Path
 ) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec
-from tests.slack.harness import SlackHarness, start_harness, until
+from tests.slack.harness import ALICE, SlackHarness, start_harness, until
 
 REVIEWER_MARK = "TEAM-REVIEWER-7731"
 # As Claude Code's wizard writes it: a description strict YAML refuses (": " and quotes
@@ -110,21 +111,80 @@ async def look_on_the_main_model(harness: SlackHarness) -> None:
     assert any("sonnet" in note and "parent's model" in note for note in reviewer.notes)
 
 
-async def test_app_home_says_which_agent_files_were_refused_and_what_runs_read(
+async def test_app_home_lists_each_agent_with_its_source_tools_model_and_notes(
     tmp_path: Path,
 ) -> None:
+    team_workspace(tmp_path)
+    claude = tmp_path / "ws" / ".claude" / "agents"
+    (claude / "broken.md").write_text("no frontmatter at all\n")
+    (tmp_path / "ws" / "AGENTS.md").write_text("Run `make test` before you answer.\n")
+    async for harness in start_harness(tmp_path, model_aliases={"sonnet": "provider-sonnet"}):
+        await open_home(harness)
+        [call] = harness.slack.calls_to("views.publish")
+        text = home_text(call.params["view"])
     workspace = tmp_path / "ws"
-    (workspace / ".claude" / "agents").mkdir(parents=True)
-    (workspace / ".claude" / "agents" / "broken.md").write_text("no frontmatter at all\n")
-    (workspace / ".claude" / "agents" / "code-reviewer.md").write_text(TEAM_REVIEWER)
-    (workspace / "AGENTS.md").write_text("Run `make test` before you answer.\n")
+    assert f"Agents in {workspace.resolve()}: " in text and "1 agent file refused" in text
+    assert "runs read AGENTS.md (35 bytes)" in text
+    reviewer = next(line for line in text.splitlines() if "`code-reviewer`" in line)
+    assert ".claude/agents/code-reviewer.md" in reviewer
+    assert "tools: read_file, glob, grep, bash" in reviewer
+    assert "model: provider-sonnet" in reviewer
+    assert "model sonnet → provider-sonnet (model_aliases)" in reviewer
+    assert "tool WebFetch: Baton has no such tool" in reviewer
+    assert f"shadows {tmp_path / 'agents' / 'code-reviewer.md'}" in reviewer
+    explore = next(line for line in text.splitlines() if "`explore`" in line)
+    assert "builtin" in explore and "model: inherits: fake-model" in explore
+    refused = next(line for line in text.splitlines() if line.startswith("⚠ refused"))
+    assert ".claude/agents/broken.md" in refused and "no YAML frontmatter" in refused
+
+
+def home_text(view: dict[str, Any]) -> str:
+    """The text of App Home's agents, as people read it (each block's text, in order)."""
+    texts = []
+    for block in view["blocks"]:
+        if block.get("type") == "section":
+            texts.append(block["text"]["text"])
+        elif block.get("type") == "context":
+            texts += [element.get("text", "") for element in block["elements"]]
+    return "\n".join(texts)
+
+
+async def test_app_home_with_a_hundred_agents_stays_within_slacks_limits(tmp_path: Path) -> None:
+    """100 agents, each with long notes, markup in what their files say, and a refused
+    file whose name is markup: the view Slack gets is valid, nothing pings anyone, and
+    what does not fit is counted, pointing to `baton agents`."""
+    claude = tmp_path / "ws" / ".claude" / "agents"
+    claude.mkdir(parents=True)
+    tools = ", ".join(
+        ["Read", "Grep", "<!channel>", "*bold*", "WebFetch"] + [f"T{i}" for i in range(60)]
+    )
+    for i in range(100):
+        (claude / f"agent-{i:03d}.md").write_text(
+            f"---\ndescription: Agent {i}.\ntools: {tools}\nmodel: sonnet\ncolor: red\n"
+            f"hooks: x\n---\nYou are agent {i}.\n"
+        )
+    (claude / "<!here>.md").write_text("---\ndescription: x\n---\nbody\n")
     async for harness in start_harness(tmp_path):
         await open_home(harness)
         [call] = harness.slack.calls_to("views.publish")
-        home = json.dumps(call.params["view"], ensure_ascii=False)
-        assert "broken.md" in home and "no YAML frontmatter" in home
-        assert "1 loaded with changes" in home  # the reviewer: its model, WebFetch, color
-        assert "AGENTS.md (35 bytes)" in home
+        view = call.params["view"]
+        # The fake refuses what Slack refuses; this one was published.
+        assert harness.slack.home_views[ALICE]["blocks"] == view["blocks"]
+    blocks = view["blocks"]
+    assert len(blocks) <= 100
+    for block in blocks:
+        if block["type"] == "section":
+            assert len(block["text"]["text"]) <= 3_000
+    published = json.dumps(view)
+    assert "<!channel>" not in published and "<!here>" not in published
+    assert "&lt;!channel&gt;" in published
+    text = home_text(view)
+    assert "Agents in " in text and ": 102 · 1 agent file refused" in text  # 2 built in
+    listed = [line for line in text.splitlines() if line.startswith("• `")]
+    assert 10 <= len(listed) < 100 and listed[0].startswith("• `agent-000`")
+    left = next(line for line in text.splitlines() if line.startswith("… and "))
+    assert f"{102 - len(listed):,} more agents" in left
+    assert "refused agent file" in left and "`baton agents`" in left
 
 
 async def open_home(harness: SlackHarness) -> None:

@@ -297,6 +297,33 @@ async def test_discard_removes_branch_and_worktree_and_the_thread_starts_anew(
         assert not (tree(fresh) / "greet.py").exists()
 
 
+async def test_a_new_threads_branch_forks_from_the_base_fetched_at_its_first_turn(
+    tmp_path: Path,
+) -> None:
+    """The checkout was cloned at start-up; someone then pushes to main. A thread that
+    starts afterwards works on top of their commit, not on the clone's old main."""
+    async with forge_harness(tmp_path) as forge:
+        first = await ask(forge, "add a greeting", writes("greet.py", "print('hi')\n"))
+        before = await branch_of(forge, first)
+        assert before is not None
+        cloned = git(forge.checkout, "rev-parse", "refs/heads/main").strip()
+        theirs = forge.git.commit_on(REPO, "main", {"news.py": "news = 1\n"}, "Their change")
+
+        second = await ask(
+            forge, "add a farewell", writes("bye.py", "print('bye')\n", call_id="w2")
+        )
+        row = await branch_of(forge, second)
+        assert row is not None and row.branch != before.branch
+        tip = local_head(forge, row.branch)
+        assert tip is not None
+        assert git(forge.checkout, "rev-parse", f"{tip}~1").strip() == theirs != cloned
+        assert (tree(row) / "news.py").read_text() == "news = 1\n"
+        # The first thread keeps the base it started from.
+        first_tip = local_head(forge, before.branch)
+        assert first_tip is not None
+        assert git(forge.checkout, "rev-parse", f"{first_tip}~1").strip() == cloned
+
+
 async def test_a_stale_discard_button_does_not_reach_the_threads_new_branch(
     tmp_path: Path,
 ) -> None:
@@ -560,6 +587,7 @@ async def test_a_revoked_token_is_said_and_the_work_stays_on_the_branch(tmp_path
         failure = await until_said(forge, thread, "Could not open the pull request")
         text = json.dumps(failure)
         assert "token" in text and "stays on its branch" in text
+        assert "check GITHUB_TOKEN" in text  # git's refusal names what to check too
         assert TOKEN not in said(forge, thread)
         assert not forge.github.pulls(REPO)
         assert server_branches(forge) == ["refs/heads/main"]
@@ -581,6 +609,7 @@ async def test_a_token_revoked_after_the_pull_request_is_said_on_the_follow_up(
         )  # fmt: skip
         note = json.dumps(await until_said(forge, thread, "Not pushed to pull request"))
         assert "token" in note and TOKEN not in said(forge, thread)
+        assert "check GITHUB_TOKEN" in note
         assert forge.git.head(REPO, branch) == pushed
         assert git(forge.checkout, "show", f"{branch}:bye.py") == "print('bye')\n"
 

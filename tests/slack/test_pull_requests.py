@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from bot.config import PriceConfig
 from bot.slack.forge_views import OPEN_PULL
+from bot.store import SessionKey
 from tests.fakes.github_api import FakeGitHub, issue_comment_payload
-from tests.fakes.openai_api import Reply
+from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec, Usage
 from tests.slack.forge_harness import (
     CHANNEL,
     FILES,
@@ -25,7 +28,7 @@ from tests.slack.forge_harness import (
     until_said,
     writes,
 )
-from tests.slack.harness import ALICE, BOB, until
+from tests.slack.harness import ALICE, BOB, MAIN_MARK, TEAM, until
 
 
 async def test_a_threads_change_becomes_a_draft_pull_request(tmp_path: Path) -> None:
@@ -45,6 +48,9 @@ async def test_a_threads_change_becomes_a_draft_pull_request(tmp_path: Path) -> 
         # The body links the thread and names who asked; the commit is Baton's, with the
         # person who asked as co-author.
         assert "Alice" in (pull.body or "") and "slack.com" in (pull.body or "")
+        # The main agent worked alone; what it spent, without a price for its model.
+        assert "Agents: `main`." in (pull.body or "")
+        assert re.search(r"Spent: [\d,]+ tokens\.", pull.body or "")
         commit = forge.commit(pull.head_ref)
         assert commit.startswith("Baton <")
         assert "Co-authored-by: Alice <alice@example.com>" in commit
@@ -164,3 +170,93 @@ async def test_a_comment_mentioning_the_apps_own_name_asks_baton(tmp_path: Path)
         await until_said(forge, thread, "Renamed.")
         prompt = json.dumps(forge.slack.llm.requests[-1].messages[-1])
         assert "rename greet.py" in prompt and "github_review" in prompt
+
+
+async def test_the_body_names_every_agent_that_worked_and_what_it_cost(tmp_path: Path) -> None:
+    """The main agent asks `explore` to look, then writes: both are named, and with a
+    price for the model the body says the tokens and cost of every call of the thread."""
+    prices = {"fake-model": PriceConfig(input=1_000.0, output=2_000.0)}
+    async for forge in start_forge_harness(tmp_path, prices=prices):
+        thread = await delegate_then_write(forge)
+        button = forge.slack.find_button(CHANNEL, thread, OPEN_PULL)
+        assert button is not None
+        await forge.slack.click(OPEN_PULL, button["button"]["value"], user=ALICE)
+        await until_said(forge, thread, "Opened draft pull request")
+        (pull,) = forge.github.pulls(REPO)
+        body = pull.body or ""
+        assert "Agents: `main`, `explore`." in body
+        # Every call of the thread, the child's included, as the usage store has them.
+        baton = forge.slack.baton
+        key = SessionKey.slack_thread(team_id=TEAM, channel_id=CHANNEL, thread_ts=thread)
+        session = await baton.default_site.conversations.store.find(key)
+        assert session is not None
+        totals = await baton.usage.session_total(session.id)
+        assert totals.prompt_tokens >= 3 * 1_000 + 400 and totals.completion_tokens >= 350
+        cost = totals.prompt_tokens / 1e6 * 1_000.0 + totals.completion_tokens / 1e6 * 2_000.0
+        assert f"Spent: {totals.total_tokens:,} tokens (${cost:,.2f})." in body, body
+
+
+async def delegate_then_write(forge: ForgeHarness) -> str:
+    """The main agent has `explore` look, then writes greet.py; the thread's ts."""
+    look = {"subagent_type": "explore", "prompt": "find the entry point", "description": "look"}
+    write = {"path": "greet.py", "content": "print('hi')\n"}
+    used = Usage(prompt_tokens=1_000, completion_tokens=100)
+    main = [
+        Reply(tool_calls=[ToolCallSpec("task", look, id="t1")], usage=used),
+        Reply(tool_calls=[ToolCallSpec("write_file", write, id="w1")], usage=used),
+        Reply(text="Done.", usage=used),
+    ]
+
+    def respond(request: RecordedRequest) -> Reply:
+        if MAIN_MARK in json.dumps(request.messages[:1]):
+            return main.pop(0)
+        return Reply(
+            text="The entry point is app.py.",
+            usage=Usage(prompt_tokens=400, completion_tokens=50),
+        )
+
+    forge.slack.llm.responder = respond
+    thread = await forge.slack.mention("add a greeting", channel=CHANNEL)
+    await forge.slack.settle()
+    assert not main
+    return thread
+
+
+async def test_a_push_refused_with_a_cached_installation_token_gets_a_fresh_one(
+    tmp_path: Path,
+) -> None:
+    """GitHub revoked the App's installation token before it expired: the follow-up's
+    push drops it and pushes with a new one, as the REST calls do."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    key_file = tmp_path / "app.pem"
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    async for forge in start_forge_harness(
+        tmp_path, github_token=None, github_app_id="4242", github_app_private_key=key_file
+    ):
+        forge.github.set_app(4242, public)
+        forge.git.accepts = installation_token_of(forge.github)
+        forge.git.revoke(TOKEN)
+        thread = await ask(forge, "add a greeting", writes("greet.py", "print('hi')\n"))
+        button = forge.slack.find_button(CHANNEL, thread, OPEN_PULL)
+        assert button is not None
+        await forge.slack.click(OPEN_PULL, button["button"]["value"], user=ALICE)
+        await until_said(forge, thread, "Opened draft pull request")
+        (cached,) = forge.github.issued_tokens
+        forge.github.revoke(cached.token)
+        await ask(
+            forge, "say bye too", writes("bye.py", "print('bye')\n", call_id="w2"),
+            thread_ts=thread,
+        )  # fmt: skip
+        await until_said(forge, thread, "Pushed: pull request")
+        (pull,) = forge.github.pulls(REPO)
+        assert forge.git.show(REPO, pull.head_ref, "bye.py") == "print('bye')\n"
+        assert len(forge.github.issued_tokens) == 2

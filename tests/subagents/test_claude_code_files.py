@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,13 @@ import pytest
 from bot.errors import AgentDefinitionError
 from bot.subagents.claude_code import CLAUDE_MODEL_ALIASES
 from bot.subagents.definition import AgentDefinition
-from bot.subagents.loader import parse_agent_file, parse_agent_text
+from bot.subagents.loader import (
+    MAX_NOTE_CHARS,
+    MAX_NOTES,
+    KnownTools,
+    parse_agent_file,
+    parse_agent_text,
+)
 from bot.tools.base import Tool, ToolArguments, ToolRegistry
 
 
@@ -352,10 +359,80 @@ def test_task_cannot_be_smuggled_in_by_a_file_or_an_alias() -> None:
     assert control.resolve_tools(PARENT).names() == ["bash"]
 
 
-def test_unknown_tool_names_are_kept_as_written_for_the_registry_to_report() -> None:
-    d = load("description: x\ntools: read_file, FancyTool, mcp__jira__*")
-    assert d.tools == ("read_file", "FancyTool", "mcp__jira__*")
-    assert d.notes == ()
+KNOWN = KnownTools.of(
+    ["read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "bash", "skill"],
+    mcp_servers=["github"],
+)
+
+
+def test_unknown_tool_names_are_kept_as_written_and_said() -> None:
+    """Kept as written (a tool of that name may come later), and never left out unsaid."""
+    d = load(
+        "description: x\ntools: read_file, FancyTool, TeamCreate, mcp__jira__*, "
+        "mcp__github__create_issue\ndisallowedTools: Nonsense",
+        known_tools=KNOWN,
+    )
+    assert d.tools == (
+        "read_file", "FancyTool", "TeamCreate", "mcp__jira__*", "mcp__github__create_issue",
+    )  # fmt: skip
+    assert d.notes == (
+        "tools FancyTool, TeamCreate: Baton has no tool of those names (an operator can map "
+        "them with tool_aliases); left out",
+        "tool mcp__jira__*: no such MCP server is configured (mcp_servers in baton.yaml); left out",
+        "disallowed tool Nonsense: no such tool here; nothing to deny",
+    )
+    assert d.resolve_tools(PARENT).names() == ["read_file", "mcp__github__create_issue"]
+    # Without knowing the tools here, nothing is said (the registry knows them).
+    assert load("description: x\ntools: FancyTool").notes == ()
+
+
+def test_a_file_whose_tools_are_all_unknown_is_said_to_get_none() -> None:
+    d = load("description: x\ntools: TeamCreate, TeamDelete", known_tools=KNOWN)
+    assert d.notes[-1] == "tools: none of the tools listed is available here, so it gets no tools"
+    assert len(d.resolve_tools(PARENT)) == 0
+
+
+def test_ten_thousand_tools_load_with_bounded_notes() -> None:
+    """A hostile file: 10,000 names (one value, under the size limit) load quickly, and
+    what loading says about them stays small."""
+    names = ",".join(f"T{i}" for i in range(10_000))
+    started = time.perf_counter()
+    d = load(f"description: x\ntools: Read, {names}, Bash(x:*), WebFetch", known_tools=KNOWN)
+    assert time.perf_counter() - started < 2.0
+    assert len(d.tools or ()) == 10_002
+    assert sum(len(note) for note in d.notes) < MAX_NOTES * MAX_NOTE_CHARS
+    unknown = next(note for note in d.notes if note.startswith("tools T0, T1"))
+    assert "and 9,988 more" in unknown and len(unknown) <= MAX_NOTE_CHARS
+    assert d.resolve_tools(PARENT).names() == ["read_file", "bash"]
+    scoped = [f"Bash(cmd{i}:*)" for i in range(3_000)]
+    many = load(f"description: x\ntools: {', '.join(scoped)}", known_tools=KNOWN)
+    assert len(many.notes) <= MAX_NOTES and many.notes[-1].startswith("… and ")
+
+
+@pytest.mark.parametrize("written", ["webfetch", "WEBFETCH", "WebFetch", "wEbFeTcH"])
+def test_tool_alias_keys_match_in_any_case(written: str) -> None:
+    d = load("description: x\ntools: WebFetch, Read", tool_aliases={written: "mcp__github__get"})
+    assert d.tools == ("mcp__github__get", "read_file")
+    assert "WebFetch → mcp__github__get (tool_aliases)" in d.notes[0]
+
+
+def test_a_tool_alias_written_as_given_wins_over_another_case() -> None:
+    aliases = {"webfetch": "mcp__a__lower", "WebFetch": "mcp__a__exact"}
+    assert load("description: x\ntools: WebFetch", tool_aliases=aliases).tools == ("mcp__a__exact",)
+
+
+def test_skills_with_a_tool_list_without_the_skill_tool_are_said_to_be_preloaded() -> None:
+    d = load("description: x\ntools: Read, Grep\nskills: [pdf, release]")
+    assert d.tools == ("read_file", "grep") and d.skills == ("pdf", "release")
+    assert d.notes[-1] == (
+        "skills pdf, release: its tools leave out the skill tool, so these skills' "
+        "instructions are put in its prompt when it starts (as Claude Code preloads an "
+        "agent's skills)"
+    )
+    with_tool = load("description: x\ntools: Read, Skill\nskills: pdf")
+    assert not any("skills" in note for note in with_tool.notes)
+    inherits = load("description: x\nskills: pdf")
+    assert inherits.notes == ()
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from bot.config import PermissionsConfig
 from bot.engine import ApprovalDecision, ApprovalRequest
 from bot.subagents.definition import AgentDefinition
 from bot.subagents.runner import child_tools
@@ -201,3 +202,68 @@ async def test_a_worktree_child_lists_skills_at_once_and_keeps_its_parents_limit
     # checked out when its first request lists them.
     assert "A-BODY" in tool_result_of(requests[1], "A")
     assert "no skill named 'b'; available: a" in tool_result_of(requests[1], "B")
+
+
+async def test_a_child_whose_tools_leave_out_skill_gets_its_skills_in_its_prompt(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """The usual Claude Code shape, `tools: Read, Grep` with `skills: [a]`: as Claude Code
+    does, the skill's instructions are in the agent's prompt from the start; the file
+    says so in a note, and a skill that does not exist is reported, not dropped unsaid."""
+    write_agent(
+        tmp_path, "reader", "description: Reads.\ntools: Read, Grep\nskills: [a, nope]", "READER"
+    )
+    baton = await make_baton(tmp_path, fake_llm)
+    make_skill(baton.workspace.root, "a", "Skill A.", "A-BODY: check the changelog.")
+    (baton.workspace.root / ".baton" / "skills" / "a" / "ref.md").write_text("REF\n")
+    make_skill(baton.workspace.root, "b", "Skill B.", "B-BODY")
+    router = Router(fake_llm)
+    task = {"subagent_type": "reader", "prompt": "read"}
+    router.main += [Reply(tool_calls=[ToolCallSpec("task", task, id="T")]), Reply(text="ok")]
+    router.children["READER"] = [Reply(text="read it")]
+    router.default_child = lambda request: Reply(text="read it")
+    try:
+        await run_turn(baton, "go", approval=never_asked)
+        [record] = await baton.tracker.list(session_id=1)
+        detail = await baton.tracker.get(record.id)
+        reader = baton.agents.get("reader")
+    finally:
+        await baton.close()
+    first = next(r for r in router.child_requests() if "READER" in r.messages[0]["content"])
+    prompt = str(first.messages[0]["content"])
+    assert '<skill name="a">' in prompt and "A-BODY: check the changelog." in prompt
+    assert "ref.md" in prompt and "read them with read_file" in prompt
+    assert "B-BODY" not in prompt  # only the skills its file names
+    assert skill_schema(first) is None  # its tools are its file's: no skill tool
+    assert sorted(first.tools) == ["grep", "read_file", "submit_result"]
+    assert detail is not None
+    assert "⚠ skill 'nope' not found; running without it" in detail.log
+    assert reader is not None and any("put in its prompt" in note for note in reader.notes)
+
+
+async def test_a_rule_that_denies_a_skill_keeps_it_out_of_the_prompt_too(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """Put in a prompt, a skill passes the same rules as a call of the skill tool: a deny
+    (or an ask, since nobody can be asked while a prompt is made) keeps it out, said."""
+    write_agent(tmp_path, "reader", "description: Reads.\ntools: Read\nskills: a, b", "READER")
+    rules = PermissionsConfig(deny=("skill(a)",), ask=("skill(b)",))
+    baton = await make_baton(tmp_path, fake_llm, permissions=rules)
+    make_skill(baton.workspace.root, "a", "Skill A.", "A-BODY")
+    make_skill(baton.workspace.root, "b", "Skill B.", "B-BODY")
+    router = Router(fake_llm)
+    task = {"subagent_type": "reader", "prompt": "read"}
+    router.main += [Reply(tool_calls=[ToolCallSpec("task", task, id="T")]), Reply(text="ok")]
+    router.default_child = lambda request: Reply(text="read it")
+    try:
+        await run_turn(baton, "go", approval=never_asked)
+        [record] = await baton.tracker.list(session_id=1)
+        detail = await baton.tracker.get(record.id)
+    finally:
+        await baton.close()
+    prompt = str(router.child_requests()[0].messages[0]["content"])
+    assert "A-BODY" not in prompt and "B-BODY" not in prompt
+    assert detail is not None
+    said = "\n".join(detail.log)
+    assert "⚠ skill 'a' not put in its prompt (" in said
+    assert "⚠ skill 'b' not put in its prompt (" in said
