@@ -55,6 +55,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.streaming
 	$(BIN)/python -m bench.replicas
 	$(BIN)/python -m bench.pull_request
+	$(BIN)/python -m bench.memory
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -3,8 +3,9 @@
 Run: `.venv/bin/python -m bench.context [--turns N] [--window TOKENS]`.
 A thread of N turns, each reading a 30,000-character file, against a fake provider
 that refuses requests past the window. Per turn it prints what the request would
-hold unfitted (the whole history and the turn, in o200k tokens), the largest
-request actually sent, and whether history was folded.
+hold unfitted (the whole history and the turn, in o200k tokens, as the provider
+counts them; Baton itself only estimates them), the largest request actually sent,
+and whether history was folded.
 """
 
 from __future__ import annotations
@@ -17,19 +18,25 @@ from pathlib import Path
 
 from bot.app import build_baton
 from bot.engine import Compacted, Done
-from bot.engine.tokens import TokenCounter
 from bot.sessions.compaction import SUMMARY_PROMPT
 from bot.store import SessionKey
 from tests.conftest import make_settings
-from tests.fakes.openai_api import ErrorReply, FakeOpenAI, RecordedRequest, Reply, ToolCallSpec
+from tests.fakes.openai_api import (
+    ErrorReply,
+    FakeOpenAI,
+    RecordedRequest,
+    Reply,
+    ToolCallSpec,
+    o200k_tokens,
+)
 from tests.fakes.openai_api import Usage as FakeUsage
 
 THREAD = SessionKey.slack_thread(team_id="T1", channel_id="C1", thread_ts="1.000")
-COUNTER = TokenCounter()
 
 
 def tokens_of(messages: list[dict[str, object]], tools: object) -> int:
-    return COUNTER.text(json.dumps(messages) + json.dumps(tools or []))
+    """What the provider counts: the JSON of the messages and of the tools."""
+    return o200k_tokens(json.dumps(messages) + json.dumps(tools or []))
 
 
 async def measure(turns: int, window: int) -> None:

@@ -17,10 +17,6 @@ from pathlib import Path
 from typing import Protocol
 
 import gidgethub
-import jwt as pyjwt
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
-from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from gidgethub.abc import GitHubAPI
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
@@ -124,20 +120,26 @@ class AppCredentials:
     def __init__(
         self,
         app_id: str,
-        private_key: str | bytes | RSAPrivateKey,
+        private_key: str | bytes | object,
         *,
         refresh_margin: timedelta = REFRESH_MARGIN,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         """Args:
         app_id: The app's ID (or client ID), the JWT's issuer.
-        private_key: The app's RSA private key: unencrypted PEM, or loaded.
+        private_key: The app's RSA private key: unencrypted PEM, or loaded (a
+            `cryptography` RSAPrivateKey).
         refresh_margin: How long before expiry a cached token is replaced.
         clock: Now, timezone-aware (tests move it).
 
         Raises:
             ValueError: The key is not an unencrypted RSA private key in PEM.
         """
+        # PyJWT and cryptography are imported only for a GitHub App: together they cost
+        # a replica about 10 MB, which one without the App need not hold.
+        from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
         self.app_id = app_id
         key = private_key
         if isinstance(key, str):
@@ -179,6 +181,8 @@ class AppCredentials:
     def jwt(self) -> str:
         """The app's JWT (RS256, issued 60 s in the past, expiring 8 minutes from now),
         made again after 5 minutes."""
+        import jwt as pyjwt  # imported with the App's first token (see __init__)
+
         now = time.monotonic()
         if self._jwt is None or now - self._jwt[1] >= _JWT_REUSE_S:
             issued_at = int(time.time()) - _JWT_BACKDATE_S
@@ -341,8 +345,13 @@ def credentials_from_env(
     return AppCredentials(app_id, _read_private_key(key_path))
 
 
-def _read_private_key(value: str) -> RSAPrivateKey:
-    """The RSA private key in PEM file `value`, checked; ConfigError otherwise."""
+def _read_private_key(value: str) -> object:
+    """The RSA private key in PEM file `value` (a `cryptography` RSAPrivateKey), checked;
+    ConfigError otherwise."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
     if value.startswith("-----BEGIN") or "\n" in value:
         raise ConfigError(
             "GITHUB_APP_PRIVATE_KEY: give the path of the key file, not the key itself"

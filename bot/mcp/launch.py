@@ -27,8 +27,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import httpx2
-from mcp import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
 
 from bot.config import ENV_REFERENCE, McpServerConfig
 from bot.errors import BatonError
@@ -138,6 +136,9 @@ def stdio_transport(
     argv = _with_filter(
         [str(sandbox.binary), *profile, *unset], ["--", *config.command], sandbox, name
     )
+    # The SDK is imported when a server is first started (see `bot.mcp.servers`).
+    from mcp import StdioServerParameters, stdio_client
+
     parameters = StdioServerParameters(
         command=argv[0],
         args=argv[1:],
@@ -191,6 +192,8 @@ def http_transport(
 
 @contextlib.asynccontextmanager
 async def _http(url: str, headers: dict[str, str], read_s: float) -> AsyncIterator[Any]:
+    from mcp.client.streamable_http import streamable_http_client
+
     # Our own client: the SDK takes headers and timeouts only this way, and we close it.
     timeout = httpx2.Timeout(HTTP_CONNECT_S, read=max(read_s, HTTP_CONNECT_S) + 5)
     async with httpx2.AsyncClient(headers=headers, timeout=timeout) as client:

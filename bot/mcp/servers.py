@@ -15,20 +15,20 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import anyio
 import httpx2
-from mcp import ClientSession, MCPError
-from mcp.types import (
+from mcp_types import (
     CONNECTION_CLOSED,
     REQUEST_TIMEOUT,
     CallToolRequest,
     CallToolRequestParams,
     CallToolResult,
+    ListToolsResult,
     PaginatedRequestParams,
 )
-from mcp.types import Tool as RemoteTool
+from mcp_types import Tool as RemoteTool
 
 from bot.config import McpServerConfig
 from bot.errors import BatonError, ToolError
@@ -72,6 +72,27 @@ TRANSPORT_ERRORS = (
 State = Literal["connecting", "up", "failed"]
 
 
+# The SDK itself (`mcp`) is imported by what connects and calls, not with this module:
+# it brings its server side along (Starlette, uvicorn), about 25 MB that a replica
+# without MCP servers need not hold. Its wire types come from the standalone
+# `mcp_types`, which the SDK re-exports (the same classes).
+class Session(Protocol):
+    """What Baton asks of the SDK's `mcp.ClientSession`."""
+
+    async def send_request(
+        self,
+        request: CallToolRequest,
+        result_type: type[CallToolResult],
+        request_read_timeout_seconds: float | None = None,
+    ) -> CallToolResult: ...
+
+    async def send_ping(self) -> object: ...
+
+    async def list_tools(
+        self, *, params: PaginatedRequestParams | None = None
+    ) -> ListToolsResult: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerStatus:
     """What a person is told about one server."""
@@ -109,7 +130,7 @@ class McpServer:
         self.reason: str | None = None
         self.tools: tuple[McpTool, ...] = ()
         self.skipped: tuple[str, ...] = ()
-        self._session: ClientSession | None = None
+        self._session: Session | None = None
         # Set when a call finds the connection gone: one event per connection, so a late
         # failure of an old one cannot end the next.
         self._lost = asyncio.Event()
@@ -160,6 +181,8 @@ class McpServer:
                 f"the MCP server {self.name} is not connected ({self.reason or 'connecting'}); "
                 "Baton keeps trying to reconnect it, its tools are unavailable meanwhile"
             )
+        from mcp import MCPError
+
         try:
             # Not `call_tool`: it checks results against the tool's output schema with
             # jsonschema on the event loop, and a hostile pattern would freeze the bot
@@ -200,6 +223,8 @@ class McpServer:
         return result_output(f"mcp__{self.name}__{tool}", result)
 
     async def _connect_and_keep(self) -> None:
+        from mcp import ClientSession
+
         stdio = self.config.transport == "stdio"
         self._stderr = StderrCapture(self.log_path) if stdio else None
         try:
@@ -221,9 +246,11 @@ class McpServer:
             if self._stderr is not None:
                 await self._stderr.close()
 
-    async def _keep(self, session: ClientSession) -> None:
+    async def _keep(self, session: Session) -> None:
         """Return when the connection is lost: a call saw it close, or a ping failed;
         a stdio server whose stderr ends (its process ended) is pinged at once."""
+        from mcp import MCPError
+
         lost = self._lost
         ended = self._stderr.ended if self._stderr is not None else asyncio.Event()
         while True:
@@ -247,7 +274,7 @@ class McpServer:
                 # here the pings alone watch it.
                 ended = asyncio.Event()
 
-    def _up(self, session: ClientSession, remote: Sequence[RemoteTool]) -> None:
+    def _up(self, session: Session, remote: Sequence[RemoteTool]) -> None:
         tools: list[McpTool] = []
         skipped: list[str] = []
         names: set[str] = set()
@@ -375,7 +402,7 @@ class McpServers:
         self._tasks = []
 
 
-async def _list_tools(session: ClientSession) -> list[RemoteTool]:
+async def _list_tools(session: Session) -> list[RemoteTool]:
     tools: list[RemoteTool] = []
     cursor: str | None = None
     for _ in range(MAX_PAGES):
@@ -391,6 +418,8 @@ async def _list_tools(session: ClientSession) -> list[RemoteTool]:
 
 def _describe(exc: BaseException) -> str:
     """One line for an exception, unwrapping the groups the SDK's task groups raise."""
+    from mcp import MCPError
+
     while isinstance(exc, BaseExceptionGroup):
         inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
         if not inner:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError
-from mcp.types import Tool as RemoteTool
+from mcp_types import Tool as RemoteTool
 from pydantic import ConfigDict
 
 from bot.tools.base import MCP_PREFIX, Tool, ToolArguments, ToolOutput

@@ -63,8 +63,8 @@ def assert_paired(messages: list[ChatMessage]) -> None:
 # ----------------------------------------------------------------------------- counting
 
 
-def test_counts_are_o200k_tokens_plus_framing() -> None:
-    assert COUNTER.text("hello world") == 2
+def test_counts_are_estimated_tokens_plus_framing() -> None:
+    assert COUNTER.text("hello world") == 2  # as o200k counts it
     assert COUNTER.text("") == 0
     assert COUNTER.message(user("hello world")) == 2 + 4
     with_call = call("c1")
@@ -73,8 +73,8 @@ def test_counts_are_o200k_tokens_plus_framing() -> None:
 
 
 def test_long_texts_and_special_token_strings_are_counted() -> None:
-    text = "word " * 300_000  # past what bpe-openai takes in one piece
-    assert 290_000 < COUNTER.text(text) < 310_000
+    text = "word " * 300_000  # counted in pieces (a 1.5 MB text is not copied whole)
+    assert 300_000 <= COUNTER.text(text) < 330_000  # o200k: 300,000; estimates count high
     assert COUNTER.text("<|endoftext|>") > 1  # plain text here, never a special token
 
 

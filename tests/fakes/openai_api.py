@@ -56,6 +56,7 @@ __all__ = [
     "ToolCallSpec",
     "Usage",
     "count_prompt_tokens",
+    "o200k_tokens",
 ]
 
 # What OpenAI answers when a text-only model is sent an image part.
@@ -333,6 +334,8 @@ IMAGE_TOKENS = 765
 MESSAGE_OVERHEAD_TOKENS = 3
 REQUEST_OVERHEAD_TOKENS = 3
 _encoding: Any = None
+# bpe-openai refuses an input of more than 200,000 tokens; a character is at most 4.
+_PIECE_CHARS = 50_000
 
 
 def _load_encoding() -> Any:
@@ -349,10 +352,14 @@ def _load_encoding() -> Any:
     return _encoding
 
 
-def _tokens(text: str) -> int:
-    if not text:
-        return 0
-    return len(_load_encoding().encode_ordinary(text))
+def o200k_tokens(text: str) -> int:
+    """Exact o200k tokens of `text`, as a real OpenAI model counts them (Baton estimates).
+    Long texts are counted in pieces (a piece boundary costs at most a token or two)."""
+    encoding = _load_encoding()
+    return sum(
+        len(encoding.encode_ordinary(text[start : start + _PIECE_CHARS]))
+        for start in range(0, len(text), _PIECE_CHARS)
+    )
 
 
 def count_prompt_tokens(body: dict[str, Any]) -> int:
@@ -370,7 +377,7 @@ def count_prompt_tokens(body: dict[str, Any]) -> int:
         total += MESSAGE_OVERHEAD_TOKENS
         content = message.get("content")
         if isinstance(content, str):
-            total += _tokens(content)
+            total += o200k_tokens(content)
         elif isinstance(content, list):
             for part in content:
                 if not isinstance(part, dict):
@@ -378,15 +385,15 @@ def count_prompt_tokens(body: dict[str, Any]) -> int:
                 if part.get("type") == "image_url":
                     total += IMAGE_TOKENS
                 elif isinstance(part.get("text"), str):
-                    total += _tokens(part["text"])
+                    total += o200k_tokens(part["text"])
         if isinstance(message.get("name"), str):
-            total += _tokens(message["name"])
+            total += o200k_tokens(message["name"])
         for call in message.get("tool_calls") or []:
             function = (call.get("function") or {}) if isinstance(call, dict) else {}
-            total += _tokens(str(function.get("name") or ""))
-            total += _tokens(str(function.get("arguments") or ""))
+            total += o200k_tokens(str(function.get("name") or ""))
+            total += o200k_tokens(str(function.get("arguments") or ""))
     if tools := body.get("tools"):
-        total += _tokens(json.dumps(tools))
+        total += o200k_tokens(json.dumps(tools))
     return total
 
 

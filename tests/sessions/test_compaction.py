@@ -7,7 +7,6 @@ reports that count as the request's prompt_tokens.
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from tests.fakes.openai_api import (
     ScriptedReply,
     ToolCallSpec,
     Usage,
+    o200k_tokens,
 )
 
 THREAD = SessionKey.slack_thread(team_id="T1", channel_id="C1", thread_ts="1.000")
@@ -33,17 +33,11 @@ WINDOW = 16_000
 SUMMARY = "The person asked about the log files; each was read and described."
 
 
-@functools.cache
-def _encoding() -> Any:
-    from bot.engine.tokens import _encoding as encoding
-
-    return encoding()
-
-
 def request_tokens(request: RecordedRequest) -> int:
-    """What the fake provider counts: the JSON of the messages and of the tools."""
+    """What the fake provider counts: the JSON of the messages and of the tools, in
+    exact o200k tokens (Baton only estimates them)."""
     text = json.dumps(request.messages) + json.dumps(request.body.get("tools") or [])
-    return len(_encoding().encode_ordinary(text))
+    return o200k_tokens(text)
 
 
 def is_summary_request(request: RecordedRequest) -> bool:

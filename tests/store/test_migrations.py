@@ -218,6 +218,27 @@ async def test_a_database_newer_than_baton_stops_the_start(kind: str, tmp_path: 
     assert "\n" not in message
 
 
+def test_the_newest_revision_is_read_alike_without_alembic() -> None:
+    # A start compares the database's stamp with the revision files' headers and imports
+    # Alembic only when they differ: the headers must name the head Alembic finds.
+    assert migrations.head_of_files() == migrations.head()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_stamp_is_read_alike_without_alembic(kind: str, tmp_path: Path) -> None:
+    async with fresh_database(kind, tmp_path) as url:
+        database = Database(url)
+        try:
+            async with database.engine.connect() as connection:
+                assert await connection.run_sync(migrations.stamped_revisions) == ()
+            await database.create_schema()
+            async with database.engine.connect() as connection:
+                stamped = await connection.run_sync(migrations.stamped_revisions)
+                assert stamped == await connection.run_sync(_revisions) == (migrations.head(),)
+        finally:
+            await database.close()
+
+
 async def test_in_memory_sqlite_needs_no_lock_file(tmp_path: Path) -> None:
     database = Database("sqlite:///:memory:")
     try:

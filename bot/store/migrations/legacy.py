@@ -16,12 +16,10 @@ then stamps the database at 0001. A database that was already complete gets noth
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from alembic.operations import Operations
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
 # The schema as it was when migrations came in; pre-Alembic databases are stamped here.
@@ -53,10 +51,15 @@ ADDED_COLUMNS = (
 )
 
 
-def bring_to_first_revision(connection: Connection, script: ScriptDirectory) -> None:
-    """Add what revision 0001 has and this pre-migrations database lacks."""
-    first = script.get_revision(FIRST_REVISION)
-    assert first is not None
+def bring_to_first_revision(
+    connection: Connection, first_tables: Mapping[str, Callable[[], None]]
+) -> None:
+    """Add what revision 0001 has and this pre-migrations database lacks; `first_tables`
+    are revision 0001's `TABLES` (each table's name and what creates it)."""
+    # Alembic is imported only when there is something to migrate (see the package).
+    from alembic.operations import Operations
+    from alembic.runtime.migration import MigrationContext
+
     inspector = sa.inspect(connection)
     existing = set(inspector.get_table_names())
     columns = {name: {c["name"] for c in inspector.get_columns(name)} for name in existing}
@@ -83,6 +86,6 @@ def bring_to_first_revision(connection: Connection, script: ScriptDirectory) -> 
             index = f"ix_{added.table}_{added.column}"
             if added.indexed and index not in indexes[added.table]:
                 op.create_index(index, added.table, [added.column])
-        for name, create in first.module.TABLES.items():
+        for name, create in first_tables.items():
             if name not in existing:
                 create()
