@@ -161,14 +161,18 @@ async def measure(
                 )
                 pending[n] = (channel, event["ts"])
                 sent = time.perf_counter()
-                status = await c.send_event(started[n % replicas], event)
+                status = await c.send_event(started[n % len(started)], event)
                 acks.append((time.perf_counter() - sent) * 1000)
                 statuses.append(status)
 
             sending = asyncio.gather(*(send(n) for n in range(mentions)))
             last = began
             done = 0
+            told = began
             while time.monotonic() - began < SETTLE_S:
+                if time.monotonic() - told >= 30:
+                    told = time.monotonic()
+                    print(f"  ... {done}/{mentions} answered after {told - began:.0f} s")
                 for n, (channel, ts) in list(pending.items()):
                     if answered(c, channel, ts, n):
                         del pending[n]
@@ -226,13 +230,15 @@ def report(figures: Figures, *, latency: float) -> None:
 
 async def run(args: argparse.Namespace, server: str) -> None:
     results = []
-    for replicas in (0, 1, 2):
+    for replicas in (0, 1, 2)[: args.configs]:
         figures = await measure(
             server, replicas=replicas, mentions=args.mentions, over=args.over,
             latency=args.latency, channels=args.channels, people=args.people,
         )  # fmt: skip
         report(figures, latency=args.latency)
         results.append(figures)
+    if len(results) < 3:
+        return
     floor, one, two = results
     for figures in (one, two):
         ratio = figures.last_answer_s / floor.last_answer_s
@@ -255,6 +261,9 @@ def main() -> None:
     parser.add_argument("--over", type=float, default=10.0, help="seconds to send them over")
     parser.add_argument("--latency", type=float, default=0.5, help="the model's answer time")
     parser.add_argument("--channels", type=int, default=20, help="channels the threads are in")
+    parser.add_argument(
+        "--configs", type=int, default=3, help="run the floor, 1 and 2 replicas (or the first N)"
+    )
     parser.add_argument(
         "--people", type=int, default=200, help="people who mention (default: one each)"
     )
