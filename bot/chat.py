@@ -34,6 +34,7 @@ from bot.describe import (
     queued_status,
     redacted_detail,
     redacted_event,
+    task_mark,
 )
 from bot.engine import (
     ApprovalDecision,
@@ -60,7 +61,6 @@ from bot.subagents import SubAgentEvent
 
 logger = logging.getLogger(__name__)
 
-STATE_MARKS = {"running": "●", "completed": "✓", "failed": "✗", "cancelled": "⊘"}
 # Who the person at the terminal is, to budgets, limits and run records.
 TERMINAL_USER = "terminal"
 TERMINAL_CHANNEL = "terminal"
@@ -221,7 +221,7 @@ class TerminalSurface:
 
     async def post_results(self, where: Where, waiting: list[TaskRecord]) -> None:
         for record in waiting:
-            mark = STATE_MARKS.get(record.state, "?")
+            mark = task_mark(record.state)
             self.terminal.line(
                 f"{mark} background {record.id} ({record.agent}) {record.state}; its result "
                 f"goes into your next message. /tasks {record.id} shows it."
@@ -517,7 +517,7 @@ class TerminalChat:
                 return
             detail = redacted_detail(detail, self.redact)
             task = detail.task
-            self.line(f"{STATE_MARKS.get(task.state, '?')} {task.id} · {task.agent} · {task.state}")
+            self.line(f"{task_mark(task.state)} {task.id} · {task.agent} · {task.state}")
             self.line(f"prompt: {task.prompt}")
             for entry in detail.log:
                 self.line(f"  {entry}")
@@ -536,7 +536,7 @@ class TerminalChat:
         for task in tasks:
             prompt = " ".join(task.prompt.split())[:48]
             self.line(
-                f"  {STATE_MARKS.get(task.state, '?')} {task.id}  {task.agent}  "
+                f"  {task_mark(task.state)} {task.id}  {task.agent}  "
                 f'{task.description}  "{prompt}"'
             )
 

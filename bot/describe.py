@@ -83,6 +83,15 @@ def outcome_mark(outcome: RunOutcome) -> str:
     return _OUTCOME_MARKS.get(outcome, "✗")
 
 
+_TASK_MARKS = {"running": "●", "completed": "✓", "failed": "✗", "cancelled": "⊘"}
+
+
+def task_mark(state: str, *, unknown: str = "?") -> str:
+    """The icon of a sub-agent task's state: ● running, ✓ completed, ✗ failed, ⊘
+    cancelled (`unknown` for any other)."""
+    return _TASK_MARKS.get(state, unknown)
+
+
 def stop_words(reason: str) -> str:
     """The words for an engine's stop reason (`Done.stop_reason`): "Done", "Stopped at
     the turn limit", …; "Failed" for an error or a reason this code does not know."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from bot.describe import describe_end, format_duration, format_tokens
+from bot.describe import describe_end, format_duration, format_tokens, task_mark
 from bot.outcomes import RunEnd
 from bot.slack.text import (
     ANSWER_PREVIEW_CHARS,
@@ -55,7 +55,6 @@ STEER_INPUT_BLOCK = "baton_steer_input"
 STEER_INPUT = "baton_steer_text"
 STEER_TEXT_LIMIT = 4_000
 
-STATE_MARKS = {"running": "●", "completed": "✓", "failed": "✗", "cancelled": "⊘"}
 
 PROGRESS_LINES = 12
 DETAIL_LOG_LINES = 10
@@ -275,7 +274,7 @@ def progress_text(lines: Sequence[str], status: str) -> str:
 
 
 def _mark(task: TaskRecord) -> str:
-    return STATE_MARKS.get(task.state, "•")
+    return task_mark(task.state, unknown="•")
 
 
 def state_in_words(task: TaskRecord) -> str:

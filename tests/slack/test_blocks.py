@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from bot.describe import task_mark
 from bot.slack.blocks import (
     CANCEL_RUN,
     CANCEL_TASK,
     LOG_PAGE,
-    STATE_MARKS,
     VIEW_LOG,
     error_message,
     home_view,
@@ -238,7 +238,7 @@ def test_task_finished_message_outcomes(
 ) -> None:
     post = task_finished_message(make_task(state=state, error=error, result=result))
     check_message(post.text, post.blocks)
-    assert post.blocks[0]["elements"][0]["text"].startswith(f"{STATE_MARKS[state]} explore")
+    assert post.blocks[0]["elements"][0]["text"].startswith(f"{task_mark(state)} explore")
     assert shown in post.blocks[1]["text"]
     assert post.file is None
 
