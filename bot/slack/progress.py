@@ -69,6 +69,9 @@ class ProgressMessage:
         self.ts: str | None = None
         self.updates = 0
         self.changes = 0
+        # Whether the post that makes the message is under way (or done): from then on
+        # it is not dropped.
+        self.posting = False
         self.budget: RateBudget | None = getattr(client, "budget", None)
         self._dirty = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
@@ -92,7 +95,11 @@ class ProgressMessage:
 
         try:
             with priority(level):
-                response = await patiently(post, patience_s=START_PATIENCE_S)
+                # Its slot first: until it comes the post may be dropped (the run ended
+                # meanwhile, and its answer says all); from then on it is not.
+                async with self._slot_for("chat.postMessage", level):
+                    self.posting = True
+                    response = await patiently(post, patience_s=START_PATIENCE_S)
         except SlackApiError as exc:
             logger.warning("no progress message for this run: %s", exc.response.get("error"))
             return
@@ -119,9 +126,14 @@ class ProgressMessage:
             self._dirty.set()
 
     def _slot(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._slot_for("chat.update", Priority.PROGRESS)
+
+    def _slot_for(
+        self, method: str, level: Priority
+    ) -> contextlib.AbstractAsyncContextManager[None]:
         if self.budget is None:
             return contextlib.nullcontext()
-        return self.budget.slot("chat.update", self.channel, Priority.PROGRESS)
+        return self.budget.slot(method, self.channel, level)
 
     async def _write_loop(self) -> None:
         while True:

@@ -555,6 +555,10 @@ class SlackTurnView:
         self._over.set()
         opening = self._opening
         if opening is not None and opening is not asyncio.current_task():
+            if not self.progress.posting:
+                # Still waiting for its turn in Slack's budget: never posted, now not
+                # needed (the answer, or the end below, says it all).
+                opening.cancel()
             # A progress message being posted is waited for: its end is written below.
             await asyncio.wait([opening])
         if self._status is not None:

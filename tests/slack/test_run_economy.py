@@ -9,6 +9,7 @@ last write takes Slack's spare capacity when the answer already says the end.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from bot.config import LimitsConfig
 from bot.slack.blocks import CANCEL_RUN, FEEDBACK_ACTION
+from bot.slack.rate_budget import Priority, RateBudget
 from tests.fakes.openai_api import Reply, ToolCallSpec
 from tests.slack.harness import ALICE, BOB, SlackHarness, start_harness, until
 
@@ -151,3 +153,25 @@ async def test_a_freed_slot_starts_the_next_run_before_the_last_run_is_shown_end
     one_slot.slack.set_latency("chat.update", 0)
     await one_slot.settle()
     assert one_slot.find_button("C1", first, CANCEL_RUN) is None
+
+
+async def test_a_progress_post_still_waiting_for_the_channel_is_dropped_when_the_run_ends(
+    tmp_path: Path,
+) -> None:
+    """Answers go first in a busy channel: a run whose progress message is still waiting
+    for the channel's next slot when its answer is ready never posts it."""
+    async for harness in start_harness(tmp_path, rate_budget=RateBudget(), reveal_after_s=0.05):
+        budget = harness.surface.budget
+        # Others' answers hold the channel's next few seconds.
+        held = [
+            asyncio.create_task(budget.acquire("chat.postMessage", "C1", Priority.URGENT))
+            for _ in range(4)
+        ]
+        await asyncio.sleep(0)
+        harness.llm.script(Reply(text="Quick enough.", delay=0.3))
+        ts = await harness.mention("a question in a busy channel")
+        await harness.settle()
+        await asyncio.gather(*held)
+        posted = [c.params for c in harness.slack.calls_to("chat.postMessage")]
+        assert not any(CANCEL_RUN in json.dumps(p) for p in posted), posted
+        assert "Quick enough." in json.dumps(harness.thread("C1", ts), ensure_ascii=False)
