@@ -349,6 +349,9 @@ class _Work:
                 children=tuple(children.values()),
                 run_tokens=self.budget.spent.total_tokens,
             )
+            # The model's work is done: the next queued run need not wait for this
+            # answer's turn in the channel.
+            await self.parts.free_slot(run.run_id)
             await self.view.answer(done.final_text, end=end)
         finally:
             if place is not None:
@@ -396,6 +399,7 @@ class _Work:
             completion_tokens=outcome.usage.completion_tokens,
             seconds=time.monotonic() - self.started,
         )
+        await self.parts.free_slot(run.run_id)
         await self.view.answer(body, end=end, agent=agent, task_id=outcome.task_id)
         return end
 

@@ -175,3 +175,29 @@ async def test_a_progress_post_still_waiting_for_the_channel_is_dropped_when_the
         posted = [c.params for c in harness.slack.calls_to("chat.postMessage")]
         assert not any(CANCEL_RUN in json.dumps(p) for p in posted), posted
         assert "Quick enough." in json.dumps(harness.thread("C1", ts), ensure_ascii=False)
+
+
+async def test_a_slot_is_free_while_the_runs_answer_waits_for_its_channel(
+    tmp_path: Path,
+) -> None:
+    """`limits.runs` counts work, not a wait for Slack: a run whose answer waits for a
+    busy channel lets the next queued run (in a quiet channel) start its model call."""
+    limits = LimitsConfig(runs=1, runs_per_user=0)
+    async for harness in start_harness(
+        tmp_path, rate_budget=RateBudget(), reveal_after_s=30.0, limits=limits
+    ):
+        budget = harness.surface.budget
+        held = [
+            asyncio.create_task(budget.acquire("chat.postMessage", "C1", Priority.URGENT))
+            for _ in range(5)
+        ]
+        await asyncio.sleep(0)
+        harness.llm.script(Reply(text="FIRST-ANSWER"), Reply(text="SECOND-ANSWER"))
+        first = await harness.mention("first, in a busy channel", user=ALICE)
+        await harness.mention("second, elsewhere", user=BOB, channel="C2")
+        await until(lambda h=harness: len(h.llm.requests) == 2, within=8)  # type: ignore[misc]
+        # The second run's model was asked while the first's answer still waited.
+        assert "FIRST-ANSWER" not in json.dumps(harness.thread("C1", first))
+        await asyncio.gather(*held)
+        await harness.settle()
+        assert "FIRST-ANSWER" in json.dumps(harness.thread("C1", first))
