@@ -31,6 +31,7 @@ from bot.redaction import redact, url_password
 from bot.store import (
     migrations,
     models,  # noqa: F401  (registers the tables on SQLModel.metadata)
+    sqlite_writes,
 )
 
 # pg_advisory_lock's key for "migrating Baton's schema" ("baton" in ASCII); one per database.
@@ -70,9 +71,14 @@ class Database:
     def __init__(self, url: str) -> None:
         self.url = async_url(url)
         options: dict[str, Any] = {}
+        engine_url = make_url(self.url)
+        if engine_url.drivername == _ASYNC_DRIVERS["sqlite"]:
+            # The same driver, its writers taking turns in this process rather than
+            # sleeping in SQLite's busy handler (bot/store/sqlite_writes.py).
+            engine_url = engine_url.set(drivername=f"sqlite+{sqlite_writes.DRIVER}")
         if self.url.startswith("sqlite"):
-            options["connect_args"] = {"timeout": 30}
-        self.engine: AsyncEngine = create_async_engine(self.url, **options)
+            options["connect_args"] = {"timeout": sqlite_writes.BUSY_TIMEOUT_S}
+        self.engine: AsyncEngine = create_async_engine(engine_url, **options)
         if self.url.startswith("sqlite"):
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
         self.sessions = async_sessionmaker(self.engine, class_=AsyncSession, expire_on_commit=False)
@@ -161,5 +167,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
+    # Another process writing the same file is waited for this long; this process's
+    # own writers never wait here (bot/store/sqlite_writes.py).
+    cursor.execute(f"PRAGMA busy_timeout={int(sqlite_writes.BUSY_TIMEOUT_S * 1000)}")
     cursor.close()

@@ -14,16 +14,20 @@ received them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Insert, Row, delete, func, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlmodel import col, select
 
 from bot.store.database import Database
+from bot.store.group_commit import GroupCommit
 from bot.store.models import ThreadLeaseRow, ThreadMessageRow, utcnow
 
 NEW = "new"
@@ -43,6 +47,10 @@ FINAL = (DONE, DROPPED, REFUSED, RETRIED, INTERRUPTED, OFFERED)
 ORDER_WAIT = timedelta(seconds=30)
 # Slack redelivers within minutes; a week of messages is far more than any retry needs.
 KEEP_MESSAGES = timedelta(days=7)
+# A batch of arrivals stays far below SQLite's and asyncpg's 32,766 bound parameters (18
+# a row), and a few huge texts do not make one huge statement.
+MAX_BATCH_MESSAGES = 100
+MAX_BATCH_TEXT = 4_000_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,7 +108,34 @@ class Lease:
     direct: bool
 
 
-def _message(row: ThreadMessageRow) -> ThreadMessage:
+def _one_message_at_fault(error: Exception) -> bool:
+    """Whether a batch of messages may have failed for what one of them holds (a NUL or
+    an id too long for PostgreSQL's columns, text that is no valid Unicode), so that
+    each is tried alone, rather than for the database as a whole (unreachable, locked,
+    a table missing on SQLite), which fails every message of the batch at once."""
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return False
+    return not isinstance(error, OperationalError | InterfaceError | OSError | TimeoutError)
+
+
+@functools.cache
+def _arrivals_insert(dialect: str) -> Insert:
+    """INSERT … ON CONFLICT (channel_id, ts) DO NOTHING RETURNING every column, written
+    out by SQLAlchemy's "insertmanyvalues" for a whole batch in one statement. A row whose
+    channel and ts are stored is not inserted and not returned, as a second INSERT failed
+    with an IntegrityError. Built once: only its parameters change."""
+    table = ThreadMessageRow.__table__
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    return (
+        insert(table)
+        .on_conflict_do_nothing(index_elements=[table.c.channel_id, table.c.ts])
+        .returning(*table.c)
+    )
+
+
+def _message(row: ThreadMessageRow | Row[Any]) -> ThreadMessage:
+    """A stored message, from its ORM row or straight from a result row (which skips the
+    ORM's per-object bookkeeping: a batch of arrivals answers without it)."""
     assert row.id is not None
     return ThreadMessage(
         id=row.id,
@@ -129,6 +164,14 @@ class ThreadInbox:
 
     def __init__(self, database: Database) -> None:
         self.database = database
+        self._arrivals: GroupCommit[dict[str, Any], ThreadMessage | None] = GroupCommit(
+            self._store_arrivals,
+            name="thread-inbox",
+            max_items=MAX_BATCH_MESSAGES,
+            size=lambda row: len(row["text"]),
+            max_size=MAX_BATCH_TEXT,
+            alone=_one_message_at_fault,
+        )
 
     # ------------------------------------------------------------------ messages
 
@@ -137,34 +180,50 @@ class ThreadInbox:
     ) -> ThreadMessage | None:
         """Store a message; None if one with its channel and ts is stored already (a
         retried or duplicate delivery). Database errors propagate: the caller must not
-        tell Slack the message was taken."""
-        row = ThreadMessageRow(
-            session_key=message.session_key,
-            channel_id=message.channel_id,
-            thread_ts=message.thread_ts,
-            ts=message.ts,
-            user_id=message.user_id,
-            author_id=message.author_id or message.user_id,
-            team_id=message.team_id,
-            user_team=message.user_team,
-            enterprise_id=message.enterprise_id,
-            text=message.text,
-            files=list(message.files),
-            is_dm=message.is_dm,
-            addressed=message.addressed,
-            state=state,
-            holder=holder if state in (NEW, TAKEN) else None,
-            run_id=run_id,
-            trigger=message.trigger,
+        tell Slack the message was taken.
+
+        Messages received together are stored together, in one transaction (see
+        `_store_arrivals`); each caller still gets its own answer."""
+        return await self._arrivals.submit(
+            {
+                "session_key": message.session_key,
+                "channel_id": message.channel_id,
+                "thread_ts": message.thread_ts,
+                "ts": message.ts,
+                "user_id": message.user_id,
+                "author_id": message.author_id or message.user_id,
+                "team_id": message.team_id,
+                "user_team": message.user_team,
+                "enterprise_id": message.enterprise_id,
+                "text": message.text,
+                "files": list(message.files),
+                "is_dm": message.is_dm,
+                "addressed": message.addressed,
+                "state": state,
+                "holder": holder if state in (NEW, TAKEN) else None,
+                "run_id": run_id,
+                "trigger": message.trigger,
+                "created_at": utcnow(),
+            }
         )
-        try:
-            async with self.database.sessions() as session:
-                session.add(row)
-                await session.commit()
-                await session.refresh(row)
-        except IntegrityError:
-            return None
-        return _message(row)
+
+    async def _store_arrivals(self, rows: Sequence[dict[str, Any]]) -> list[ThreadMessage | None]:
+        """Insert `rows` in one transaction; per row its message, or None for a row whose
+        channel and ts are stored already (by an earlier batch, another replica, or an
+        earlier row of this batch: the first to arrive is the one stored)."""
+        first: dict[tuple[str, str], int] = {}
+        for index, row in enumerate(rows):
+            first.setdefault((row["channel_id"], row["ts"]), index)
+        statement = _arrivals_insert(self.database.engine.dialect.name)
+        async with self.database.engine.begin() as connection:
+            result = await connection.execute(statement, [rows[i] for i in first.values()])
+            stored = {(row.channel_id, row.ts): row for row in result.all()}
+        messages: list[ThreadMessage | None] = []
+        for index, row in enumerate(rows):
+            key = (row["channel_id"], row["ts"])
+            inserted = stored.get(key) if first[key] == index else None
+            messages.append(_message(inserted) if inserted else None)
+        return messages
 
     async def get(self, message_id: int) -> ThreadMessage | None:
         async with self.database.sessions() as session:
