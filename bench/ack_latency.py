@@ -46,7 +46,7 @@ from bench.replicas import fresh_database
 from bot.config import LimitsConfig
 from bot.slack.server import EVENTS_PATH
 from tests.fakes.openai_api import Reply
-from tests.replicas.harness import Cluster, Replica, cluster, collect_lines, text_of
+from tests.replicas.harness import Cluster, Replica, cluster, text_of
 from tests.slack.harness import BOT, TEAM, sign
 
 # At Slack's real pace the runs take a while to be answered: wait this long at most.
@@ -89,17 +89,10 @@ async def serve_floor(port: int) -> None:
 
 async def start_floor(c: Cluster) -> Replica:
     """The floor's process, on a port of its own, started as a replica is."""
-    env = c.environment("floor")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.ack_latency", "--serve-floor", env["PORT"],
-        cwd=REPOSITORY, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    floor = Replica(name="floor", env=env, process=process)
-    for stream in (process.stdout, process.stderr):
-        if stream is not None:
-            floor.readers.append(asyncio.create_task(collect_lines(stream, floor.output)))
-    c.replicas.append(floor)
+    port = c.environment("floor-port")["PORT"]
+    floor = await c.run_module(
+        "floor", "bench.ack_latency", "--serve-floor", port, cwd=REPOSITORY, PORT=port
+    )
     await c.wait_healthy(floor)
     return floor
 
@@ -241,13 +234,14 @@ async def measure(
             cluster(root, database_url=url or f"sqlite:///{root / 'baton.db'}") as c,
             contextlib.AsyncExitStack() as stack,
         ):
+            # The workspace's people exist before Baton starts (it reads them at start).
+            for n in range(mentions):
+                c.slack.add_user(person(n), f"person{n}")
             [bot] = await c.start(1)
             floor = await start_floor(c)
             client = await Client.start(keep_alive=keep_alive)
             stack.push_async_callback(client.close)
             c.llm.responder = lambda request: Reply(text="Answer.", delay=latency)
-            for n in range(mentions):
-                c.slack.add_user(person(n), f"person{n}")
             # Warm up Bolt's auth.test, the database, and the client's first connections.
             _, [(_, warm)] = await burst(c, client, bot, 1, "warm-up")
             await c.until(lambda: answered(c, "C0", warm), within=120, what="the warm-up")

@@ -30,21 +30,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
-import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.fakes.openai_api import RecordedRequest, Reply
-from tests.replicas.harness import Cluster, Replica, cluster, collect_lines, text_of
-from tests.slack.harness import ALICE, BOT
+from bench.replicas import answer, answered
+from tests.replicas.harness import Cluster, Replica, cluster
+from tests.slack.harness import ALICE
 
 # Where `python -m bench.bolt_floor` is found.
 REPOSITORY = Path(__file__).resolve().parents[1]
-QUESTION = re.compile(r"question (-?\d+)")
 IDLE_TARGET_MB = 150.0
 LOAD_TARGET_MB = 200.0
 # After the first answer: what the answer started (Slack writes, the session's rows) is
@@ -80,37 +76,13 @@ def status_mb(pid: int) -> dict[str, float]:
     return found
 
 
-def answer(latency: float) -> Callable[[RecordedRequest], Reply]:
-    """The fake model: "Answer to N." after `latency` seconds."""
-
-    def respond(request: RecordedRequest) -> Reply:
-        asked = QUESTION.findall(text_of(request.messages[-1].get("content")))
-        return Reply(text=f"Answer to {asked[-1] if asked else '?'}.", delay=latency)
-
-    return respond
-
-
-def answered(c: Cluster, channel: str, ts: str, n: int) -> bool:
-    needle = f"Answer to {n}."
-    return any(m.get("user") == BOT and needle in text_of(m) for m in c.thread(channel, ts)[1:])
-
-
 def person(n: int) -> str:
     return ALICE if n == 0 else f"UPERSON{n}"
 
 
 async def launch(c: Cluster, name: str, module: str, cwd: Path, **extra: str) -> Replica:
     """`python -m module` in `cwd`, with the environment a replica gets; once healthy."""
-    env = c.environment(name, **extra)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", module, cwd=cwd, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    replica = Replica(name=name, env=env, process=process)
-    for stream in (process.stdout, process.stderr):
-        if stream is not None:
-            replica.readers.append(asyncio.create_task(collect_lines(stream, replica.output)))
-    c.replicas.append(replica)
+    replica = await c.run_module(name, module, cwd=cwd, **extra)
     await c.wait_healthy(replica)
     return replica
 

@@ -30,7 +30,6 @@ import contextlib
 import os
 import re
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -45,7 +44,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from bot.slack.rate_budget import METHOD_LIMITS, UNKNOWN_METHOD
 from tests.fakes.openai_api import RecordedRequest, Reply
-from tests.replicas.harness import Cluster, Replica, cluster, collect_lines, text_of
+from tests.replicas.harness import Cluster, Replica, cluster, text_of
 from tests.slack.harness import BOT
 
 QUESTION = re.compile(r"question (-?\d+)")
@@ -112,16 +111,7 @@ def answered(c: Cluster, channel: str, ts: str, n: int) -> bool:
 
 async def start_floor(c: Cluster) -> Replica:
     """The floor's process, on the cluster's fakes, as a replica is."""
-    env = c.environment("floor")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.bolt_floor", cwd=REPOSITORY, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    floor = Replica(name="floor", env=env, process=process)
-    for stream in (process.stdout, process.stderr):
-        if stream is not None:
-            floor.readers.append(asyncio.create_task(collect_lines(stream, floor.output)))
-    c.replicas.append(floor)
+    floor = await c.run_module("floor", "bench.bolt_floor", cwd=REPOSITORY)
     await c.wait_healthy(floor)
     return floor
 

@@ -103,9 +103,17 @@ class Cluster:
 
     async def launch(self, name: str, **extra: str) -> Replica:
         """Start one replica (not waiting for it to be healthy)."""
+        return await self.run_module(name, "bot", cwd=self.root, **extra)
+
+    async def run_module(
+        self, name: str, module: str, *args: str, cwd: Path, **extra: str
+    ) -> Replica:
+        """`python -m module args…` in `cwd`, with the environment a replica gets (its
+        fakes, a port of its own), its output kept, stopped with the cluster; not waited
+        for (benchmarks start their floors, minimal apps, this way)."""
         env = self.environment(name, **extra)
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", cwd=self.root, env=env,
+            sys.executable, "-m", module, *args, cwd=cwd, env=env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         replica = Replica(name=name, env=env, process=process)
