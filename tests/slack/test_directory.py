@@ -136,7 +136,7 @@ async def test_a_burst_of_new_people_after_the_read_costs_no_users_info(
     harness: SlackHarness,
 ) -> None:
     directory = await warmed(harness)
-    people = [f"UNEW{n:02d}" for n in range(60)]
+    people = [f"UNEW{n:02d}" for n in range(40)]
     for n, person in enumerate(people):
         harness.slack.add_user(person, f"new{n}", display_name=f"New {n}")
     assert await directory.warm()  # the hourly read, or the first one after they joined
@@ -148,10 +148,11 @@ async def test_a_burst_of_new_people_after_the_read_costs_no_users_info(
             for n, person in enumerate(people)
         )
     )
-    await harness.settle()
+    # Forty runs at once on a machine the other test workers share: a generous cap.
+    await harness.settle(within=120)
     for n, ts in enumerate(threads):
         assert any(f"Answer to q{n}" in text for text in harness.bot_texts(f"C{n % 10}", ts)), n
-    assert info_calls(harness.slack) == before  # not one users.info for 60 new people
+    assert info_calls(harness.slack) == before  # not one users.info for 40 new people
     assert not harness.slack.ephemerals
     # Their names came from the read too.
     assert await directory.name_of(people[7]) == "New 7"
