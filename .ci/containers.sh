@@ -15,14 +15,15 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 missing=()
-for tool in podman podman-compose mmdebstrap runc newuidmap iptables; do
+for tool in podman podman-compose mmdebstrap runc newuidmap iptables catatonit; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "ci: installing podman, mmdebstrap, runc and uidmap (missing: ${missing[*]})" >&2
+  echo "ci: installing podman, mmdebstrap, runc, uidmap and catatonit (missing: ${missing[*]})" >&2
   timeout 300 apt-get update -qq >"$work/apt.log" 2>&1
   DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq --no-install-recommends \
     podman podman-compose mmdebstrap runc uidmap containernetworking-plugins iptables \
+    catatonit \
     >>"$work/apt.log" 2>&1 \
     || { cat "$work/apt.log" >&2; exit 1; }
 fi
