@@ -23,8 +23,9 @@ import pytest
 
 from bot.outcomes import RunOutcome
 from bot.sessions.surface import Where
+from bot.store import SessionKey
 from bot.store.instances import Instances
-from bot.store.thread_inbox import DONE, NEW, PENDING, ThreadMessage
+from bot.store.thread_inbox import DONE, NEW, PENDING, Inbound, ThreadMessage
 from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec
 from tests.sessions.recording import (
     ALICE,
@@ -220,6 +221,23 @@ async def test_a_dead_receivers_unread_and_waiting_questions_are_taken_up_here(
     assert (now_waiting.state, now_waiting.run_id) == (PENDING, None)
 
 
+async def waiting_behind_a_dead_lease(
+    m: Machine,
+) -> tuple[str, SessionKey, Inbound, Inbound]:
+    """Two questions of a new thread (Alice's first, Bob's second), stored in the other
+    order, waiting behind the lease a dead replica left: the thread's root, its key and
+    the two questions."""
+    root = next_ts()
+    key = thread_key(root)
+    first = m.inbound("FIRST", thread=root)
+    second = m.inbound("SECOND", user=BOB, thread=root)
+    assert first.ts < second.ts
+    assert await m.turns.inbox.lease(key.key, owner=GONE, run_id="dead-run", alive=[GONE])
+    for message in (second, first):  # stored in the other order
+        assert await m.turns.inbox.receive(message, holder=GONE, state=PENDING)
+    return root, key, first, second
+
+
 async def test_questions_waiting_on_a_dead_lease_run_here_in_the_threads_order(
     machine: Machine,
 ) -> None:
@@ -229,14 +247,7 @@ async def test_questions_waiting_on_a_dead_lease_run_here_in_the_threads_order(
     question does that comes while a turn runs)."""
     m = machine
     answer_each(m)
-    root = next_ts()
-    key = thread_key(root)
-    first = m.inbound("FIRST", thread=root)
-    second = m.inbound("SECOND", user=BOB, thread=root)
-    assert first.ts < second.ts
-    assert await m.turns.inbox.lease(key.key, owner=GONE, run_id="dead-run", alive=[GONE])
-    for message in (second, first):  # stored in the other order
-        assert await m.turns.inbox.receive(message, holder=GONE, state=PENDING)
+    root, key, first, second = await waiting_behind_a_dead_lease(m)
     await m.turns.tidy()
     await m.idle()
     one, two = m.llm.requests
@@ -264,13 +275,7 @@ async def test_questions_waiting_on_a_dead_lease_are_separate_turns_when_unread(
     second seeing the first's answer."""
     async with start_machine(tmp_path, max_turns=1) as m:
         answer_each(m)
-        root = next_ts()
-        key = thread_key(root)
-        first = m.inbound("FIRST", thread=root)
-        second = m.inbound("SECOND", user=BOB, thread=root)
-        assert await m.turns.inbox.lease(key.key, owner=GONE, run_id="dead-run", alive=[GONE])
-        for message in (second, first):
-            assert await m.turns.inbox.receive(message, holder=GONE, state=PENDING)
+        root, _, first, second = await waiting_behind_a_dead_lease(m)
         await m.turns.tidy()
         await m.idle()
         one, two = m.llm.requests
