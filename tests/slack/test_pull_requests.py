@@ -93,20 +93,28 @@ def installation_token_of(github: FakeGitHub) -> Callable[[str], bool]:
     return accepts
 
 
-async def test_a_github_app_pushes_and_opens_with_installation_tokens(tmp_path: Path) -> None:
-    """GITHUB_APP_ID and the key file instead of a token: the installation is found from
-    the repository, and its token serves both the push and the pull request."""
+def app_key(tmp_path: Path) -> tuple[Path, bytes]:
+    """A GitHub App's new RSA key: its private key in a file (GITHUB_APP_PRIVATE_KEY)
+    and its public key in PEM, for the fake GitHub to check the App's JWTs."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
-    )
     key_file = tmp_path / "app.pem"
-    key_file.write_bytes(pem)
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
     public = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
+    return key_file, public
+
+
+async def test_a_github_app_pushes_and_opens_with_installation_tokens(tmp_path: Path) -> None:
+    """GITHUB_APP_ID and the key file instead of a token: the installation is found from
+    the repository, and its token serves both the push and the pull request."""
+    key_file, public = app_key(tmp_path)
     async for forge in start_forge_harness(
         tmp_path, github_token=None, github_app_id="4242", github_app_private_key=key_file
     ):
@@ -227,18 +235,7 @@ async def test_a_push_refused_with_a_cached_installation_token_gets_a_fresh_one(
 ) -> None:
     """GitHub revoked the App's installation token before it expired: the follow-up's
     push drops it and pushes with a new one, as the REST calls do."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    key_file = tmp_path / "app.pem"
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
-        )
-    )
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    key_file, public = app_key(tmp_path)
     async for forge in start_forge_harness(
         tmp_path, github_token=None, github_app_id="4242", github_app_private_key=key_file
     ):
