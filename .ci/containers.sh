@@ -18,12 +18,15 @@ missing=()
 for tool in podman podman-compose mmdebstrap runc newuidmap iptables catatonit; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
+# Compose's services find each other by name: with the CNI network backend that is the
+# dnsname plugin (a recommendation of podman's, which --no-install-recommends leaves out).
+[ -x /usr/lib/cni/dnsname ] || missing+=(dnsname)
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "ci: installing podman, mmdebstrap, runc, uidmap and catatonit (missing: ${missing[*]})" >&2
+  echo "ci: installing podman, mmdebstrap, runc, uidmap, catatonit and dnsname (missing: ${missing[*]})" >&2
   timeout 300 apt-get update -qq >"$work/apt.log" 2>&1
   DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq --no-install-recommends \
     podman podman-compose mmdebstrap runc uidmap containernetworking-plugins iptables \
-    catatonit \
+    catatonit golang-github-containernetworking-plugin-dnsname \
     >>"$work/apt.log" 2>&1 \
     || { cat "$work/apt.log" >&2; exit 1; }
 fi
