@@ -145,7 +145,9 @@ class ContainerCluster(Cluster):
 
     async def close(self) -> None:
         if self.containers:
-            await podman("rm", "--force", "--time", "0", *self.containers, check=False)
+            # --ignore: without it, one container already gone (`--rm` after its exit)
+            # makes podman remove none of them, and say nothing.
+            await podman("rm", "--force", "--ignore", "--time", "0", *self.containers, check=False)
         await super().close()
 
 
