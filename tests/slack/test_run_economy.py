@@ -93,6 +93,8 @@ async def test_cancel_is_reachable_while_a_long_run_works(eager: SlackHarness) -
     eager.llm.script(Reply(text="never shown", delay=30.0))
     ts = await eager.mention("work forever")
     await until(lambda: eager.find_button("C1", ts, CANCEL_RUN) is not None)
+    # The status follows the progress message: click once both show.
+    await until(lambda: any(s.thread_ts == ts for s in eager.slack.assistant_statuses))
     found = eager.find_button("C1", ts, CANCEL_RUN)
     assert found is not None
     assert await eager.click(CANCEL_RUN, found["button"]["value"], user=ALICE) == 200
