@@ -19,7 +19,7 @@ from bot.config import ModelCallsConfig, PermissionsConfig, SandboxConfig, Setti
 from bot.engine.llm import LLMClient
 from bot.store import Database
 from bot.tools.workspace import Workspace
-from tests.databases import fresh_database
+from tests.databases import fresh_database, migrated_sqlite
 from tests.fakes.openai_api import FakeOpenAI
 
 TEST_RETRY_DEADLINE_S = 2.0
@@ -238,6 +238,9 @@ def make_settings(tmp_path: Path, llm_url: str, **overrides: Any) -> Settings:
         "model_calls": ModelCallsConfig(retry_deadline_s=TEST_RETRY_DEADLINE_S),
     }
     values.update(overrides)
+    database = tmp_path / "baton.db"
+    if "database_url" not in overrides and not database.exists():
+        migrated_sqlite(database)  # at the newest revision, as after a first start
     return Settings(**values)
 
 
