@@ -8,7 +8,10 @@ STAMP := $(VENV)/.installed
 # workers fill a 2-core machine; `make test TEST_WORKERS=0` runs them in one process.
 # worksteal: an idle worker takes tests queued for a busy one (one test takes ~80 s).
 TEST_WORKERS ?= 4
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25
+# Bytecode is cached even where the environment turns it off (PYTHONDONTWRITEBYTECODE):
+# without it every worker rewrites and compiles every test module again (about 16 s of
+# CPU each, per run), and every `baton` process the tests start compiles bot/ again.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 .PHONY: run chat test test-postgres lint bench image clean
 
