@@ -302,6 +302,24 @@ def kill(pids: Iterable[int]) -> None:
             pass
 
 
+async def judge(arena: Arena, attack: Attack) -> tuple[ToolInvocation, HookDecision]:
+    """The call as the engine would make it, and the hooks' verdict on it."""
+    assert arena.baton is not None
+    tool = arena.baton.tools.get(attack.tool)
+    assert tool is not None, attack.tool
+    raw = json.dumps(arena.substitute(attack.args))
+    arguments = tool.parse_arguments(raw)
+    invocation = ToolInvocation(call_id="c1", tool=tool, arguments=arguments, raw_arguments=raw)
+    return invocation, await decide(arena.baton.hooks, invocation)
+
+
+def runs(attack: Attack, decision: HookDecision, *, approve_bash: bool) -> bool:
+    """Whether the call runs: allowed, or a `bash` question a person answers yes."""
+    return decision.action == "allow" or (
+        decision.action == "ask" and approve_bash and attack.tool == "bash"
+    )
+
+
 async def run_attack(arena: Arena, attack: Attack, *, approve_bash: bool) -> Outcome:
     """Run one call as the engine would: hooks first, then the tool if allowed.
 
@@ -309,21 +327,12 @@ async def run_attack(arena: Arena, attack: Attack, *, approve_bash: bool) -> Out
     what a person allows must still be contained. File tools that ask are never run
     here, since their questions (a secret, a hard link) are the boundary itself.
     """
-    assert arena.baton is not None
-    tool = arena.baton.tools.get(attack.tool)
-    assert tool is not None, attack.tool
-    raw = json.dumps(arena.substitute(attack.args))
-    arguments = tool.parse_arguments(raw)
-    invocation = ToolInvocation(call_id="c1", tool=tool, arguments=arguments, raw_arguments=raw)
-    decision = await decide(arena.baton.hooks, invocation)
-    runs = decision.action == "allow" or (
-        decision.action == "ask" and approve_bash and attack.tool == "bash"
-    )
-    if not runs:
+    invocation, decision = await judge(arena, attack)
+    if not runs(attack, decision, approve_bash=approve_bash):
         return Outcome(attack=attack, decision=decision, ran=False)
     token = person_approved.set(decision.action == "ask")
     try:
-        output = await tool.run(arguments)
+        output = await invocation.tool.run(invocation.arguments)
     except ToolError as exc:
         output = f"Error: {exc}"
     finally:

@@ -8,6 +8,10 @@ Two configurations, as issue 8 states them:
   sandbox (no secret of the bot or outside the workspace in any output, nothing outside
   written, protected paths and the database unchanged, no connection to a local
   listener, no process left behind).
+
+Each class of attack runs in an arena of its own (a test per class, so the battery
+runs on every test worker at once); which calls run at all is the hooks' verdict,
+checked over the whole battery in one place.
 """
 
 from __future__ import annotations
@@ -35,9 +39,11 @@ from tests.security.harness import (
     Arena,
     Listener,
     Outcome,
+    judge,
     kill,
     leftover_processes,
     run_attack,
+    runs,
     snapshot,
 )
 
@@ -49,6 +55,7 @@ EVERYTHING = PermissionsConfig(
     allow=("bash", "read_file", "write_file", "edit_file", "list_dir", "glob", "grep"),
 )
 ESCAPE_FILES = (Path(f"/tmp/baton-escape-{DAEMON_MARK}"), Path("/tmp/pwned"))
+KINDS = sorted({attack.kind for attack in ALL_ATTACKS})
 
 # Ordinary work the realistic configuration must still let through, and what it shows.
 FRIENDLY = [
@@ -93,16 +100,25 @@ async def open_arena(
         await listener.stop()
 
 
+def of_kind(kind: str) -> list[Attack]:
+    return [attack for attack in ALL_ATTACKS if attack.kind == kind]
+
+
 async def battery(
-    arena: Arena, *, approve_bash: bool, canaries: tuple[str, ...], workspace_is_guarded: bool
+    arena: Arena,
+    attacks: list[Attack],
+    *,
+    approve_bash: bool,
+    canaries: tuple[str, ...],
+    workspace_is_guarded: bool,
 ) -> list[Outcome]:
-    """Run every attack, each on a freshly laid workspace, and record what it harmed.
+    """Run `attacks`, each on a freshly laid workspace, and record what it harmed.
 
     With `workspace_is_guarded`, changing the workspace's files without a person counts
     as harm (the realistic rules never allow it); with everything allowed it does not.
     """
     outcomes = []
-    for attack in ALL_ATTACKS:
+    for attack in attacks:
         arena.refresh()
         outside = arena.outside_snapshot()
         protected = snapshot(arena.protected())
@@ -189,8 +205,9 @@ def test_the_battery_is_large_and_covers_every_class() -> None:
     }  # fmt: skip
 
 
+@pytest.mark.parametrize("kind", KINDS)
 async def test_realistic_config_lets_no_attack_do_harm_without_a_person(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
 ) -> None:
     async with open_arena(
         tmp_path, monkeypatch, fake_llm, permissions=REALISTIC, database_in_workspace=False
@@ -198,14 +215,29 @@ async def test_realistic_config_lets_no_attack_do_harm_without_a_person(
         assert arena.baton is not None
         require(arena.baton.sandbox)
         outcomes = await battery(
-            arena, approve_bash=False, canaries=UNASKED_CANARIES, workspace_is_guarded=True
+            arena,
+            of_kind(kind),
+            approve_bash=False,
+            canaries=UNASKED_CANARIES,
+            workspace_is_guarded=True,
         )
         harmful = [o for o in outcomes if o.harms]
         assert not harmful, f"{len(harmful)} of {len(outcomes)} did harm:\n{describe(harmful)}"
-        allowed = [o for o in outcomes if o.decision.action == "allow"]
-        # Some hostile calls are allowed and must then have been harmless in the sandbox
-        # or refused by the tool; most ask.
-        assert allowed and len(allowed) < len(outcomes) // 2
+
+
+async def test_realistic_config_asks_about_most_attacks_and_lets_ordinary_work_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
+) -> None:
+    async with open_arena(
+        tmp_path, monkeypatch, fake_llm, permissions=REALISTIC, database_in_workspace=False
+    ) as arena:
+        assert arena.baton is not None
+        require(arena.baton.sandbox)
+        verdicts = [(await judge(arena, attack))[1] for attack in ALL_ATTACKS]
+        allowed = [verdict for verdict in verdicts if verdict.action == "allow"]
+        # Some hostile calls are allowed and must then be harmless in the sandbox or
+        # refused by the tool (the test above runs them); most ask.
+        assert allowed and len(allowed) < len(verdicts) // 2
         for attack, expected in FRIENDLY:
             arena.refresh()
             outcome = await run_attack(arena, attack, approve_bash=False)
@@ -213,8 +245,9 @@ async def test_realistic_config_lets_no_attack_do_harm_without_a_person(
             assert expected in outcome.output, (attack.label, outcome.output)
 
 
+@pytest.mark.parametrize("kind", KINDS)
 async def test_everything_allowed_and_approved_nothing_escapes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
 ) -> None:
     async with open_arena(
         tmp_path, monkeypatch, fake_llm, permissions=EVERYTHING, database_in_workspace=True
@@ -222,15 +255,33 @@ async def test_everything_allowed_and_approved_nothing_escapes(
         assert arena.baton is not None
         require(arena.baton.sandbox)
         outcomes = await battery(
-            arena, approve_bash=True, canaries=ESCAPE_CANARIES, workspace_is_guarded=False
+            arena,
+            of_kind(kind),
+            approve_bash=True,
+            canaries=ESCAPE_CANARIES,
+            workspace_is_guarded=False,
         )
         escaped = [o for o in outcomes if o.harms]
         assert not escaped, f"{len(escaped)} of {len(outcomes)} escaped:\n{describe(escaped)}"
-        ran = [o for o in outcomes if o.ran and o.attack.tool == "bash"]
-        assert len(ran) >= 100
         # The bot outlived `kill -9 $PPID`, `kill -9 -1` and `pkill -f pytest`, and still works.
         await arena.baton.instances.beat()
         bash = arena.baton.tools.get("bash")
         assert bash is not None
         after = await bash.run(bash.parse_arguments('{"command": "echo still here"}'))
         assert "still here" in after
+
+
+async def test_with_everything_allowed_most_hostile_commands_run_in_the_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
+) -> None:
+    """The test above proves the sandbox holds only if the rules let the calls reach it."""
+    async with open_arena(
+        tmp_path, monkeypatch, fake_llm, permissions=EVERYTHING, database_in_workspace=True
+    ) as arena:
+        ran = [
+            attack
+            for attack in ALL_ATTACKS
+            if attack.tool == "bash"
+            and runs(attack, (await judge(arena, attack))[1], approve_bash=True)
+        ]
+        assert len(ran) >= 100
