@@ -149,7 +149,8 @@ class Listeners:
     ) -> BoltResponse | None:
         """Before Slack is answered, a message for Baton is stored (the question is kept
         from then on, and a retried delivery is known). When the database cannot store
-        it, Slack is answered 500 and sends it again, instead of being told it was taken."""
+        it, Slack is answered 500 and sends it again, instead of being told it was taken.
+        (Socket Mode's events; HTTP mode's are taken before Bolt, in HttpServer.)"""
         event = body.get("event") if body.get("type") == "event_callback" else None
         if isinstance(event, dict) and event.get("type") in ("app_mention", "message"):
             try:
@@ -187,7 +188,11 @@ class Listeners:
     def _dispatch(self, context: AsyncBoltContext) -> None:
         message = context.get(TAKEN_MESSAGE)
         if message is not None:
-            self.turns.spawn(self.turns.dispatch(message), f"message-{message.id}", run=True)
+            self.dispatch(message)
+
+    def dispatch(self, message: ThreadMessage) -> None:
+        """Hand a stored message to the turn machine, in a task of its own."""
+        self.turns.spawn(self.turns.dispatch(message), f"message-{message.id}", run=True)
 
     async def handle_app_home_opened(self, event: dict[str, Any]) -> None:
         if event.get("tab", "home") == "home":

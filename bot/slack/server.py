@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 GITHUB_EVENTS_PATH = "/github/events"
 HOOKS_PATH = "/hooks/{name}"
 EVENTS_PATH = "/slack/events"
+# The events that may carry a message for Baton: taken without Bolt (HttpServer).
+MESSAGE_EVENTS = frozenset({"app_mention", "message"})
 # While draining, what a 503 for an event asks of Slack: send it again (elsewhere) soon.
 DRAINING_RETRY_AFTER_S = 1
 # How long one auth.test answer stands for Slack's side of /healthz.
@@ -118,6 +120,11 @@ class HealthCheck:
         return "ok"
 
 
+def _is_message_event(event: dict[str, Any]) -> bool:
+    kind = event.get("type")
+    return isinstance(kind, str) and kind in MESSAGE_EVENTS
+
+
 def _cause(exc: BaseException) -> BaseException:
     # SQLAlchemy wraps the driver's error; its type says more (ConnectionRefusedError).
     return getattr(exc, "orig", None) or exc
@@ -168,15 +175,41 @@ class HttpServer:
         # While shutting down, an event (which could start a run) is answered 503, so
         # Slack delivers it again, to a replica that takes work; clicks and commands are
         # still dispatched: a click approves or cancels a run that is finishing here.
-        if not self.surface.turns.accepting and await self._is_signed_event(request):
+        payload = await self._signed_event(request)
+        if payload is not None and not self.surface.turns.accepting:
             return web.json_response(
                 {"ok": False, "error": "shutting_down"},
                 status=503,
                 headers={"Retry-After": str(DRAINING_RETRY_AFTER_S)},
             )
+        if payload is not None:
+            event = payload.get("event")
+            if not isinstance(event, dict):
+                # Signed, so Slack's, yet no event: nothing to do (Bolt would fail on it).
+                logger.warning("ignored a signed delivery without an event: %r", event)
+                return web.Response(status=200)
+            if _is_message_event(event):
+                return await self._take_message(payload, event)
         bolt_request = await to_bolt_request(request)
         bolt_response = await self.surface.app.async_dispatch(bolt_request)
         return await to_aiohttp_response(bolt_response)
+
+    async def _take_message(self, payload: dict[str, Any], event: dict[str, Any]) -> web.Response:
+        """A signed message event, taken as Bolt's listeners would take it (stored before
+        Slack hears back, then handed to the turn machine) without Bolt's per-request
+        work, which was most of what an ack cost. 500 when it cannot be stored: Slack
+        sends it again."""
+        listeners = self.surface.listeners
+        try:
+            message = await listeners.intake(
+                event, team_id=payload.get("team_id"), enterprise_id=payload.get("enterprise_id")
+            )
+        except Exception:
+            logger.exception("could not take a message from Slack; it will come again")
+            return web.Response(status=500)
+        if message is not None:
+            listeners.dispatch(message)
+        return web.Response(status=200)
 
     async def handle_github_events(self, request: web.Request) -> web.Response:
         """A GitHub webhook delivery: verified, claimed, acted on (`bot.forge.webhooks`).
@@ -215,22 +248,24 @@ class HttpServer:
             return web.Response(status=500, text="Baton could not act on the delivery")
         return web.Response(status=answer.status, text=answer.text)
 
-    async def _is_signed_event(self, request: web.Request) -> bool:
-        """Whether `request` is an Events API delivery signed by Slack (anything else goes
+    async def _signed_event(self, request: web.Request) -> dict[str, Any] | None:
+        """The Events API delivery in `request`, if Slack signed it (anything else goes
         to Bolt, which refuses unsigned requests as it always does)."""
         if request.content_type != "application/json":
-            return False  # commands and interactivity are form-encoded
+            return None  # commands and interactivity are form-encoded
         body = await request.text()  # aiohttp keeps it: Bolt reads it again
         try:
             payload = json.loads(body)
         except ValueError:
-            return False
+            return None
         if not isinstance(payload, dict) or payload.get("type") != "event_callback":
-            return False  # url_verification and the like are answered as usual
+            return None  # url_verification and the like are answered as usual
         secret = self.surface.parts.settings.slack_signing_secret
-        return bool(secret) and SignatureVerifier(secret).is_valid_request(
+        if not secret or not SignatureVerifier(secret).is_valid_request(
             body, dict(request.headers)
-        )
+        ):
+            return None
+        return payload
 
     async def handle_health(self, request: web.Request) -> web.Response:
         report = await self.health.report()

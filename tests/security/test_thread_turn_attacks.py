@@ -514,6 +514,63 @@ async def test_a_person_over_their_daily_budget_gets_no_turn_by_mentioning_in_a_
 # ------------------------------------------------------------------ odd events
 
 
+async def test_a_good_mention_not_signed_by_slack_is_refused_and_stores_nothing(
+    harness: SlackHarness,
+) -> None:
+    """A message event is taken before Bolt sees it (HttpServer): the signature, the
+    timestamp and the body it covers are checked there first, as Bolt checks them."""
+    ts = next_ts()
+    event = {"type": "app_mention", "user": ALICE, "text": f"<@{BOT}> FORGED", "ts": ts,
+             "channel": "C1", "event_ts": ts, "team": TEAM}  # fmt: skip
+    payload = {"type": "event_callback", "team_id": TEAM, "event": event, "event_id": "EvF"}
+    body = json.dumps(payload)
+    tampered = body.replace("FORGED", "TAMPER")
+    url = f"{harness.url}{EVENTS_PATH}"
+    attempts = {
+        "unsigned": (body, {}),
+        "wrong secret": (body, sign(body, secret="not-the-secret")),
+        "replayed an hour late": (body, sign(body, timestamp=int(time.time()) - 3600)),
+        "from the future": (body, sign(body, timestamp=int(time.time()) + 3600)),
+        "body changed after signing": (tampered, sign(body)),
+        "signature of another body": (body, sign(tampered)),
+        "signature without its version": (
+            body, {**sign(body), "X-Slack-Signature": sign(body)["X-Slack-Signature"][3:]},
+        ),
+    }  # fmt: skip
+    for name, (sent, headers) in attempts.items():
+        async with harness.http.post(
+            url, data=sent, headers={"Content-Type": "application/json", **headers}
+        ) as response:
+            assert response.status == 401, name
+    await harness.settle()
+    assert await harness.surface.turns.inbox.find("C1", ts) is None
+    assert harness.llm.requests == []
+    # The same event, signed by Slack, is a request like any other.
+    harness.llm.script(Reply(text="SIGNED-ANSWER"))
+    assert await post_payload(harness, event) == 200
+    await until(lambda: "SIGNED-ANSWER" in " ".join(harness.bot_texts("C1", ts)))
+
+
+@pytest.mark.parametrize(
+    ("event", "status"),
+    [
+        ("a string", 200),
+        (["a", "list"], 200),
+        (None, 200),
+        # Events no listener takes: Bolt's answer for what it does not handle.
+        ({"type": ["message"], "user": ALICE, "text": f"<@{BOT}> hi"}, 404),
+        ({}, 404),
+    ],
+)
+async def test_a_signed_delivery_whose_event_is_no_message_is_answered_and_runs_nothing(
+    harness: SlackHarness, event: Any, status: int
+) -> None:
+    assert await post_payload(harness, event) == status
+    await harness.settle()
+    assert harness.llm.requests == []
+    await still_answers(harness)
+
+
 def _not_from_people() -> dict[str, dict[str, Any]]:
     ts, old = next_ts(), next_ts()
     mention = f"<@{BOT}> do it"
