@@ -571,9 +571,7 @@ class SlackTurnView:
             # With an answer, its last lines already say how it ended: the progress
             # message's last write (the outcome in place of Cancel) takes Slack's
             # spare capacity first. Without one, it is how the thread learns the end.
-            await self.progress.finish(
-                describe_end(end), retry=end.retryable, spare=self._answered
-            )
+            await self.progress.finish(describe_end(end), retry=end.retryable, spare=self._answered)
         elif not self._answered and self._says_its_end(end):
             await self.surface.post_blocks(self.run.where, ended_message(self.run.run_id, end))
         if self._status_shown and not self._cleared_by_a_message():
