@@ -194,7 +194,10 @@ async def test_a_slot_is_free_while_the_runs_answer_waits_for_its_channel(
             for _ in range(5)
         ]
         await asyncio.sleep(0)
-        harness.llm.script(Reply(text="FIRST-ANSWER"), Reply(text="SECOND-ANSWER"))
+        # Each run's own answer, whichever of the two takes the one slot first.
+        harness.llm.responder = lambda request: Reply(
+            text="FIRST-ANSWER" if "busy channel" in json.dumps(request.messages) else "SECOND"
+        )
         first = await harness.mention("first, in a busy channel", user=ALICE)
         await harness.mention("second, elsewhere", user=BOB, channel="C2")
         await until(lambda h=harness: len(h.llm.requests) == 2, within=8)  # type: ignore[misc]
