@@ -20,7 +20,7 @@ import asyncio
 import os
 import stat
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -94,6 +94,7 @@ async def open_arena(
     )  # fmt: skip
     arena.baton = await build_baton(settings)
     try:
+        require(arena.baton.sandbox)
         yield arena
     finally:
         await arena.baton.close()
@@ -102,6 +103,24 @@ async def open_arena(
 
 def of_kind(kind: str) -> list[Attack]:
     return [attack for attack in ALL_ATTACKS if attack.kind == kind]
+
+
+def realistic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llm: FakeOpenAI
+) -> AbstractAsyncContextManager[Arena]:
+    """An arena under the realistic rules, its database outside the workspace."""
+    return open_arena(
+        tmp_path, monkeypatch, llm, permissions=REALISTIC, database_in_workspace=False
+    )
+
+
+def everything_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llm: FakeOpenAI
+) -> AbstractAsyncContextManager[Arena]:
+    """An arena where every tool is allowed, its database inside the workspace."""
+    return open_arena(
+        tmp_path, monkeypatch, llm, permissions=EVERYTHING, database_in_workspace=True
+    )
 
 
 async def battery(
@@ -209,11 +228,7 @@ def test_the_battery_is_large_and_covers_every_class() -> None:
 async def test_realistic_config_lets_no_attack_do_harm_without_a_person(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
 ) -> None:
-    async with open_arena(
-        tmp_path, monkeypatch, fake_llm, permissions=REALISTIC, database_in_workspace=False
-    ) as arena:
-        assert arena.baton is not None
-        require(arena.baton.sandbox)
+    async with realistic(tmp_path, monkeypatch, fake_llm) as arena:
         outcomes = await battery(
             arena,
             of_kind(kind),
@@ -228,11 +243,7 @@ async def test_realistic_config_lets_no_attack_do_harm_without_a_person(
 async def test_realistic_config_asks_about_most_attacks_and_lets_ordinary_work_through(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
 ) -> None:
-    async with open_arena(
-        tmp_path, monkeypatch, fake_llm, permissions=REALISTIC, database_in_workspace=False
-    ) as arena:
-        assert arena.baton is not None
-        require(arena.baton.sandbox)
+    async with realistic(tmp_path, monkeypatch, fake_llm) as arena:
         verdicts = [(await judge(arena, attack))[1] for attack in ALL_ATTACKS]
         allowed = [verdict for verdict in verdicts if verdict.action == "allow"]
         # Some hostile calls are allowed and must then be harmless in the sandbox or
@@ -249,11 +260,7 @@ async def test_realistic_config_asks_about_most_attacks_and_lets_ordinary_work_t
 async def test_everything_allowed_and_approved_nothing_escapes(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
 ) -> None:
-    async with open_arena(
-        tmp_path, monkeypatch, fake_llm, permissions=EVERYTHING, database_in_workspace=True
-    ) as arena:
-        assert arena.baton is not None
-        require(arena.baton.sandbox)
+    async with everything_allowed(tmp_path, monkeypatch, fake_llm) as arena:
         outcomes = await battery(
             arena,
             of_kind(kind),
@@ -263,6 +270,7 @@ async def test_everything_allowed_and_approved_nothing_escapes(
         )
         escaped = [o for o in outcomes if o.harms]
         assert not escaped, f"{len(escaped)} of {len(outcomes)} escaped:\n{describe(escaped)}"
+        assert arena.baton is not None
         # The bot outlived `kill -9 $PPID`, `kill -9 -1` and `pkill -f pytest`, and still works.
         await arena.baton.instances.beat()
         bash = arena.baton.tools.get("bash")
@@ -275,9 +283,7 @@ async def test_with_everything_allowed_most_hostile_commands_run_in_the_sandbox(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_llm: FakeOpenAI
 ) -> None:
     """The test above proves the sandbox holds only if the rules let the calls reach it."""
-    async with open_arena(
-        tmp_path, monkeypatch, fake_llm, permissions=EVERYTHING, database_in_workspace=True
-    ) as arena:
+    async with everything_allowed(tmp_path, monkeypatch, fake_llm) as arena:
         ran = [
             attack
             for attack in ALL_ATTACKS
