@@ -23,6 +23,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from bot.store import Database
+
 POSTGRES_SERVER = os.environ.get("BATON_TEST_POSTGRES_URL")
 
 _template_lock = threading.Lock()
@@ -60,8 +62,6 @@ def _migrated_template() -> Path:
 
 
 async def _migrate(path: Path) -> None:
-    from bot.store import Database
-
     database = Database(f"sqlite:///{path}")
     try:
         await database.create_schema()

@@ -66,6 +66,8 @@ SCHEDULE_WORD = "schedule"
 SCHEDULES_WORD = "schedules"
 # Where the intake middleware leaves the message it stored, for the event listener.
 TAKEN_MESSAGE = "baton_taken_message"
+# The events that may carry a message for Baton, stored before Slack is answered.
+MESSAGE_EVENTS = frozenset({"app_mention", "message"})
 
 
 # Merge or discard an isolated task's branch, by a person; what happened, in words.
@@ -103,6 +105,12 @@ class ListenerParts:
     schedules: ScheduleActions | None = None
     # Who people are: kept fresh by user_change and team_join.
     directory: SlackDirectory | None = None
+
+
+def is_message_event(event: dict[str, Any]) -> bool:
+    """Whether `event` is one that may carry a message for Baton."""
+    kind = event.get("type")
+    return isinstance(kind, str) and kind in MESSAGE_EVENTS
 
 
 class Listeners:
@@ -152,15 +160,27 @@ class Listeners:
         it, Slack is answered 500 and sends it again, instead of being told it was taken.
         (Socket Mode's events; HTTP mode's are taken before Bolt, in HttpServer.)"""
         event = body.get("event") if body.get("type") == "event_callback" else None
-        if isinstance(event, dict) and event.get("type") in ("app_mention", "message"):
+        if isinstance(event, dict) and is_message_event(event):
             try:
-                context[TAKEN_MESSAGE] = await self.intake(
-                    event, team_id=body.get("team_id"), enterprise_id=body.get("enterprise_id")
-                )
+                context[TAKEN_MESSAGE] = await self.take(body, event)
             except Exception:
-                logger.exception("could not take a message from Slack; it will come again")
                 return BoltResponse(status=500, body="")
         return await next()
+
+    async def take(self, body: dict[str, Any], event: dict[str, Any]) -> ThreadMessage | None:
+        """The message event `event` of the delivery `body`, stored (`intake`).
+
+        Raises:
+            Exception: it could not be stored (logged here); Slack must be answered 500,
+                so that it sends the event again.
+        """
+        try:
+            return await self.intake(
+                event, team_id=body.get("team_id"), enterprise_id=body.get("enterprise_id")
+            )
+        except Exception:
+            logger.exception("could not take a message from Slack; it will come again")
+            raise
 
     async def intake(
         self, event: dict[str, Any], *, team_id: str | None, enterprise_id: str | None = None

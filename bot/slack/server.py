@@ -27,6 +27,7 @@ from bot import metrics
 from bot.app import Baton, build_baton
 from bot.config import Settings
 from bot.errors import BatonError
+from bot.slack.listeners import is_message_event
 from bot.slack.parts import SlackParts
 from bot.slack.surface import SlackSurface
 from bot.store.approvals import ApprovalStore
@@ -40,8 +41,6 @@ logger = logging.getLogger(__name__)
 GITHUB_EVENTS_PATH = "/github/events"
 HOOKS_PATH = "/hooks/{name}"
 EVENTS_PATH = "/slack/events"
-# The events that may carry a message for Baton: taken without Bolt (HttpServer).
-MESSAGE_EVENTS = frozenset({"app_mention", "message"})
 # While draining, what a 503 for an event asks of Slack: send it again (elsewhere) soon.
 DRAINING_RETRY_AFTER_S = 1
 # How long one auth.test answer stands for Slack's side of /healthz.
@@ -120,11 +119,6 @@ class HealthCheck:
         return "ok"
 
 
-def _is_message_event(event: dict[str, Any]) -> bool:
-    kind = event.get("type")
-    return isinstance(kind, str) and kind in MESSAGE_EVENTS
-
-
 def _cause(exc: BaseException) -> BaseException:
     # SQLAlchemy wraps the driver's error; its type says more (ConnectionRefusedError).
     return getattr(exc, "orig", None) or exc
@@ -176,19 +170,19 @@ class HttpServer:
         # Slack delivers it again, to a replica that takes work; clicks and commands are
         # still dispatched: a click approves or cancels a run that is finishing here.
         payload = await self._signed_event(request)
-        if payload is not None and not self.surface.turns.accepting:
-            return web.json_response(
-                {"ok": False, "error": "shutting_down"},
-                status=503,
-                headers={"Retry-After": str(DRAINING_RETRY_AFTER_S)},
-            )
         if payload is not None:
+            if not self.surface.turns.accepting:
+                return web.json_response(
+                    {"ok": False, "error": "shutting_down"},
+                    status=503,
+                    headers={"Retry-After": str(DRAINING_RETRY_AFTER_S)},
+                )
             event = payload.get("event")
             if not isinstance(event, dict):
                 # Signed, so Slack's, yet no event: nothing to do (Bolt would fail on it).
                 logger.warning("ignored a signed delivery without an event: %r", event)
                 return web.Response(status=200)
-            if _is_message_event(event):
+            if is_message_event(event):
                 return await self._take_message(payload, event)
         bolt_request = await to_bolt_request(request)
         bolt_response = await self.surface.app.async_dispatch(bolt_request)
@@ -201,12 +195,9 @@ class HttpServer:
         sends it again."""
         listeners = self.surface.listeners
         try:
-            message = await listeners.intake(
-                event, team_id=payload.get("team_id"), enterprise_id=payload.get("enterprise_id")
-            )
+            message = await listeners.take(payload, event)
         except Exception:
-            logger.exception("could not take a message from Slack; it will come again")
-            return web.Response(status=500)
+            return web.Response(status=500)  # logged by take
         if message is not None:
             listeners.dispatch(message)
         return web.Response(status=200)
