@@ -31,6 +31,10 @@ IMAGE = os.environ.get("BATON_TEST_IMAGE", "")
 # The image's user (Containerfile): the workspace and state it is given are its own.
 BATON_UID = 10001
 
+# A container test builds on images and starts replicas: it may take minutes, not the
+# suite's 300 s cap, before a hang is called one.
+CONTAINER_TEST_TIMEOUT_S = 900
+
 needs_image = pytest.mark.skipif(
     not IMAGE, reason="BATON_TEST_IMAGE is not set (.ci/containers.sh builds the image)"
 )

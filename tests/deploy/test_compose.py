@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests.deploy.containers import (
+    CONTAINER_TEST_TIMEOUT_S,
     DEPLOY,
     IMAGE,
     ContainerCluster,
@@ -39,6 +40,7 @@ CADDY = "http://127.0.0.1:8080"
 
 pytestmark = [
     needs_image,
+    pytest.mark.timeout(CONTAINER_TEST_TIMEOUT_S),
     pytest.mark.skipif(
         not all(STAND_INS.values()) or shutil.which("podman-compose") is None,
         reason="needs podman-compose and the stand-in images (.ci/containers.sh)",

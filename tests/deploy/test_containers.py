@@ -11,9 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.deploy.containers import (
+    CONTAINER_TEST_TIMEOUT_S,
     DEPLOY,
     IMAGE,
     SECCOMP,
@@ -27,7 +29,7 @@ from tests.ports import free_port
 from tests.replicas.harness import cluster, text_of
 from tests.slack.harness import SIGNING_SECRET
 
-pytestmark = needs_image
+pytestmark = [needs_image, pytest.mark.timeout(CONTAINER_TEST_TIMEOUT_S)]
 
 ALLOW_BASH = "permissions:\n  allow: [bash]\n"
 # Made inside the sandbox: its hostname is bubblewrap's, its file lands in the volume.
