@@ -82,6 +82,16 @@ class Database:
         if self.url.startswith("sqlite"):
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
         self.sessions = async_sessionmaker(self.engine, class_=AsyncSession, expire_on_commit=False)
+        # Messages are stored before Slack hears back (the ack), one batch at a time
+        # (a group commit). On PostgreSQL that writer has a connection of its own: in a
+        # burst, the runs the acks start hold every pooled connection, and an ack would
+        # queue for one behind them. SQLite's writers take turns on one file whatever
+        # the engine (bot/store/sqlite_writes.py): a second engine would only race them.
+        self.intake_engine: AsyncEngine = (
+            self.engine
+            if engine_url.get_backend_name() == "sqlite"
+            else create_async_engine(engine_url, pool_size=1, max_overflow=1, **options)
+        )
         # The ORM's mappers are set up here, once per process, rather than by the first
         # query (the first event's turn, which would wait about 25 ms for it).
         configure_mappers()
@@ -116,6 +126,8 @@ class Database:
             raise
 
     async def close(self) -> None:
+        if self.intake_engine is not self.engine:
+            await self.intake_engine.dispose()
         await self.engine.dispose()
 
 

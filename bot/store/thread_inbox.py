@@ -214,8 +214,9 @@ class ThreadInbox:
         first: dict[tuple[str, str], int] = {}
         for index, row in enumerate(rows):
             first.setdefault((row["channel_id"], row["ts"]), index)
-        statement = _arrivals_insert(self.database.engine.dialect.name)
-        async with self.database.engine.begin() as connection:
+        engine = self.database.intake_engine
+        statement = _arrivals_insert(engine.dialect.name)
+        async with engine.begin() as connection:
             result = await connection.execute(statement, [rows[i] for i in first.values()])
             stored = {(row.channel_id, row.ts): row for row in result.all()}
         messages: list[ThreadMessage | None] = []

@@ -9,16 +9,30 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import text
+from sqlalchemy.pool import QueuePool
 
 from bot.slack.blocks import RETRY_RUN
 from bot.store import SessionKey
 from bot.store.runs import FINISHED
 from bot.store.thread_inbox import DONE, INTERRUPTED, OFFERED, PENDING, RETRIED, TAKEN, Inbound
+from tests.databases import fresh_postgres
 from tests.fakes.openai_api import RecordedRequest, Reply
-from tests.slack.harness import ALICE, BOB, BOT, TEAM, SlackHarness, next_ts, until
+from tests.slack.harness import (
+    ALICE,
+    BOB,
+    BOT,
+    TEAM,
+    SlackHarness,
+    next_ts,
+    start_harness,
+    until,
+)
 
 GONE = "replica-that-died"
 
@@ -372,3 +386,41 @@ async def test_a_reply_handed_to_a_run_as_it_ends_is_the_threads_next_turn(
     assert any("The reply's attachment." in text for text in user_texts(second))
     stored = await harness.surface.turns.inbox.find("C1", reply_ts)
     assert stored is not None and stored.state == DONE
+
+
+@pytest.fixture
+async def pg_harness(tmp_path: Path) -> AsyncIterator[SlackHarness]:
+    """The harness on a fresh PostgreSQL database, whatever BATON_TEST_DATABASE says."""
+    async with fresh_postgres() as url:
+        async for harness in start_harness(tmp_path, database_url=url):
+            yield harness
+
+
+async def test_on_postgresql_an_ack_does_not_queue_behind_runs_for_a_connection(
+    pg_harness: SlackHarness,
+) -> None:
+    """In a burst the runs the acks start can hold every pooled connection; the message
+    is still stored, and Slack answered, on the intake writer's own connection."""
+    harness = pg_harness
+    engine = harness.baton.database.engine
+    assert harness.baton.database.intake_engine is not engine
+    pool = engine.pool
+    assert isinstance(pool, QueuePool)
+    held = [await engine.connect() for _ in range(pool.size() + pool._max_overflow)]
+    ts = next_ts()
+    try:
+        harness.slack.add_message("C1", f"<@{BOT}> still there?", ALICE, ts=ts)
+        harness.llm.script(Reply(text="STILL HERE"))
+        # Without a connection of its own the ack would wait for the pool's timeout
+        # (30 s), then answer 500.
+        async with asyncio.timeout(10):
+            response = await harness.send_event(mention_event("still there?", ts=ts))
+        assert response.status == 200
+    finally:
+        # The run it started waits for a connection like any other work, then goes on.
+        for connection in held:
+            await connection.close()
+    await harness.settle()
+    assert "STILL HERE" in " ".join(harness.bot_texts("C1", ts))
+    done = await harness.surface.turns.inbox.find("C1", ts)
+    assert done is not None and done.state == DONE
