@@ -27,6 +27,7 @@ from bot import metrics
 from bot.app import Baton, build_baton
 from bot.config import Settings
 from bot.errors import BatonError
+from bot.slack.acks_first import AcksFirst
 from bot.slack.listeners import is_message_event
 from bot.slack.parts import SlackParts
 from bot.slack.surface import SlackSurface
@@ -34,6 +35,7 @@ from bot.store.approvals import ApprovalStore
 from bot.store.feedback import FeedbackStore
 from bot.store.rate import rate_store_for
 from bot.store.schedules import ScheduleStore
+from bot.store.thread_inbox import ThreadMessage
 from bot.store.windows import TriggerWindows
 
 logger = logging.getLogger(__name__)
@@ -164,8 +166,14 @@ class HttpServer:
         routes.append(web.post(HOOKS_PATH, self.handle_hook))
         self.web_app.add_routes(routes)
         self._runner: web.AppRunner | None = None
+        # Messages taken in a burst start their work once the burst is answered.
+        self.starts: AcksFirst[ThreadMessage] = AcksFirst(surface.listeners.dispatch)
 
     async def handle_events(self, request: web.Request) -> web.StreamResponse:
+        with self.starts.answering():
+            return await self._answer_event(request)
+
+    async def _answer_event(self, request: web.Request) -> web.StreamResponse:
         # While shutting down, an event (which could start a run) is answered 503, so
         # Slack delivers it again, to a replica that takes work; clicks and commands are
         # still dispatched: a click approves or cancels a run that is finishing here.
@@ -199,7 +207,7 @@ class HttpServer:
         except Exception:
             return web.Response(status=500)  # logged by take
         if message is not None:
-            listeners.dispatch(message)
+            self.starts.defer(message)
         return web.Response(status=200)
 
     async def handle_github_events(self, request: web.Request) -> web.Response:
@@ -293,6 +301,7 @@ class HttpServer:
         return self.port
 
     async def stop(self) -> None:
+        self.starts.flush()  # stored already: their work is the turn machine's to end
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
