@@ -17,6 +17,7 @@ from bot.access.budgets import DailyBudgets, format_cost
 from bot.config import Settings
 from bot.describe import plural
 from bot.engine import Hook, LLMClient
+from bot.engine.llm import model_http_client
 from bot.engine.tokens import TokenCounter
 from bot.errors import ConfigError
 from bot.forge.build import ForgeParts, build_forge
@@ -458,6 +459,7 @@ async def build_baton(settings: Settings) -> Baton:
         api_key=settings.openai_api_key or "not-needed",
         base_url=settings.openai_base_url,
         timeout=LLM_TIMEOUT_S,
+        http_client=model_http_client(),
         max_retries=0,  # LLMClient retries, announcing each wait to the run
     )
     await database.create_schema()
