@@ -408,6 +408,8 @@ async def _shut_down(
         except Exception:
             logger.exception("could not close the Socket Mode connection")
     surface.turns.accepting = False  # HTTP events now get 503, and /healthz says so
+    if http is not None:
+        http.starts.flush()  # messages taken already: their runs drain with the rest
     # The HTTP port stays open through the grace period, for the clicks of runs
     # that are finishing; it closes after.
     await surface.stop(settings.shutdown_grace_s)
