@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -32,6 +33,8 @@ from typing import Any
 from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
 from sqlalchemy.util import await_only
+
+logger = logging.getLogger(__name__)
 
 # The driver name that selects this dialect: `sqlite+baton_aiosqlite:///…`.
 DRIVER = "baton_aiosqlite"
@@ -78,6 +81,29 @@ class WriteTurns:
             self._lock.release()
 
 
+@contextlib.contextmanager
+def _closed_on_failure(cursor: Any) -> Iterator[None]:
+    """Close the driver's cursor when its statement fails or is cancelled.
+
+    A task cancelled while its statement ran (an UPDATE … RETURNING whose rows it never
+    read) leaves the statement open in the driver's cursor. Closing the connection then
+    does not end its transaction: sqlite3_close_v2 keeps a connection whose statements
+    are still open alive, with its write lock, until the cursor is collected, and
+    every writer meanwhile waits out the busy timeout. Closing the cursor ends the
+    statement, so the rollback or close that follows ends the transaction.
+    """
+    try:
+        yield
+    except BaseException:
+        driver_cursor = getattr(cursor, "_cursor", None)  # aiosqlite's, under the adapter
+        if driver_cursor is not None:
+            try:
+                await_only(driver_cursor.close())
+            except BaseException:  # the first failure is the one to raise
+                logger.debug("could not close a failed statement's cursor", exc_info=True)
+        raise
+
+
 def _dbapi_connection(connection: Any) -> object:
     # SQLAlchemy hands the dialect either the driver's connection or the pool's proxy
     # of it; the turn belongs to the driver's connection.
@@ -96,17 +122,17 @@ class SerialWritesDialect(SQLiteDialect_aiosqlite):
         self.write_turns = WriteTurns()
 
     def do_execute(self, cursor: Any, statement: str, parameters: Any, context: Any = None) -> None:
-        with self._turn(statement, context):
+        with self._turn(statement, context), _closed_on_failure(cursor):
             super().do_execute(cursor, statement, parameters, context)
 
     def do_executemany(
         self, cursor: Any, statement: str, parameters: Any, context: Any = None
     ) -> None:
-        with self._turn(statement, context):
+        with self._turn(statement, context), _closed_on_failure(cursor):
             super().do_executemany(cursor, statement, parameters, context)
 
     def do_execute_no_params(self, cursor: Any, statement: str, context: Any = None) -> None:
-        with self._turn(statement, context):
+        with self._turn(statement, context), _closed_on_failure(cursor):
             super().do_execute_no_params(cursor, statement, context)
 
     @contextlib.contextmanager

@@ -4,7 +4,9 @@ busy handler), while another process writing the same file is still waited for."
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -169,4 +171,55 @@ async def test_a_writer_waits_for_its_turn_no_longer_than_sqlite_would(tmp_path:
         turns.give_up(stuck)
         assert await inbox.lease("k", owner="p", run_id="r", alive=["p"])
     finally:
+        await database.close()
+
+
+async def test_a_write_cancelled_before_its_rows_are_read_leaves_no_lock_behind(
+    tmp_path: Path,
+) -> None:
+    """A task cancelled while its UPDATE … RETURNING runs (a run cancelled, a shutdown)
+    left the statement's rows unread: closing that connection then left SQLite's write
+    lock held by its cursor (sqlite3_close_v2 keeps such a connection alive), and every
+    writer waited out the 30 s busy timeout. The cursor is closed with the failure."""
+    path = tmp_path / "baton.db"
+    database = Database(f"sqlite:///{path}")
+    started, release = threading.Event(), threading.Event()
+
+    def slow(value: int) -> int:  # runs in the driver's thread, inside the UPDATE
+        started.set()
+        release.wait(10)
+        return value + 1
+
+    @event.listens_for(database.engine.sync_engine, "connect")
+    def add_slow(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.create_function("slow", 1, slow)
+
+    try:
+        async with database.engine.begin() as connection:
+            await connection.execute(text("CREATE TABLE t (id INTEGER PRIMARY KEY, x INT)"))
+            await connection.execute(text("INSERT INTO t (x) VALUES (1)"))
+
+        async def write() -> None:
+            async with database.engine.begin() as connection:
+                await connection.execute(text("UPDATE t SET x = slow(x) RETURNING id"))
+
+        writer = asyncio.create_task(write())
+        assert await asyncio.to_thread(started.wait, 10)
+        writer.cancel()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await writer
+        await database.engine.dispose()  # what a cancelled connection comes to: closed
+
+        def another_writer() -> None:  # another process's, say; it waits 1 s at most
+            other = sqlite3.connect(path, timeout=1)
+            try:
+                other.execute("DELETE FROM t")
+                other.commit()
+            finally:
+                other.close()
+
+        await asyncio.to_thread(another_writer)  # "database is locked" when held
+    finally:
+        release.set()
         await database.close()
