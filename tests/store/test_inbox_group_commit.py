@@ -29,21 +29,26 @@ def inbound(ts: str, *, text: str = "hello", channel: str = "C1") -> Inbound:
 
 
 class Commits:
-    """Counts the commits of a database's engine while it is in use."""
+    """Counts the commits of a database's engines while it is in use (on PostgreSQL the
+    intake writer has an engine of its own)."""
 
     def __init__(self, database: Database) -> None:
         self.count = 0
-        self._engine = database.engine.sync_engine
+        self._engines = list(
+            {id(e): e.sync_engine for e in (database.engine, database.intake_engine)}.values()
+        )
 
     def _commit(self, _connection: object) -> None:
         self.count += 1
 
     def __enter__(self) -> Commits:
-        event.listen(self._engine, "commit", self._commit)
+        for engine in self._engines:
+            event.listen(engine, "commit", self._commit)
         return self
 
     def __exit__(self, *_: object) -> None:
-        event.remove(self._engine, "commit", self._commit)
+        for engine in self._engines:
+            event.remove(engine, "commit", self._commit)
 
 
 async def settle() -> None:
