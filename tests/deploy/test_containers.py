@@ -203,6 +203,8 @@ async def test_the_kubernetes_manifests_play_become_ready_and_answer_a_mention(
             await c.wait_healthy(pod, path="/readyz")
             # Podman 4.3 reads no procMount, so /proc stays masked and the sandbox
             # cannot be made here: the pod says so in one line, and commands will ask.
+            # (`podman logs --follow` may hand the line over after the pod is ready.)
+            await c.until(lambda: "no OS sandbox" in pod.log(), within=30, what="the notice")
             notices = [line for line in pod.log().splitlines() if "no OS sandbox" in line]
             assert len(notices) == 1 and "mount proc" in notices[0], pod.log()
             (inspected,) = json.loads(await podman("inspect", "baton-pod-0-baton"))
