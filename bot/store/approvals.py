@@ -13,7 +13,7 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from bot.store.database import Database
-from bot.store.models import ApprovalDecidersRow, ApprovalRow, as_utc, utcnow
+from bot.store.models import ApprovalDecidersRow, ApprovalRow, as_utc, storable, utcnow
 
 ApprovalState = Literal["pending", "approved", "denied", "expired", "cancelled"]
 # States that end a request by a person's decision or by nobody deciding in time.
@@ -106,8 +106,8 @@ class ApprovalStore:
             agent=agent,
             task_id=task_id,
             tool=tool,
-            arguments=arguments,
-            reason=reason,
+            arguments=storable(arguments) or "",
+            reason=storable(reason) or "",
             requested_by=requested_by,
             channel_id=channel_id,
         )

@@ -13,6 +13,16 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def storable(text: str | None) -> str | None:
+    """`text` as every database Baton runs on can hold it: PostgreSQL's text refuses the
+    NUL character, which a person's message, a command's output (`find -print0`, a
+    binary file) or a model's answer may carry; it becomes U+FFFD, as undecodable bytes
+    do. Without this, the turn holding it failed on PostgreSQL and worked on SQLite."""
+    if text is None or "\x00" not in text:
+        return text
+    return text.replace("\x00", "\ufffd")
+
+
 def as_utc(moment: datetime) -> datetime:
     """SQLite hands back naive datetimes; everything Baton writes is UTC."""
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -12,7 +12,7 @@ from sqlmodel import col, select
 
 from bot.engine.messages import ChatMessage, ToolCall, summary_message
 from bot.store.database import Database
-from bot.store.models import CompactionRow, MessageRow, SessionRow, utcnow
+from bot.store.models import CompactionRow, MessageRow, SessionRow, storable, utcnow
 
 _MESSAGE_INSERT = insert(MessageRow)
 
@@ -199,7 +199,7 @@ class SessionStore:
                 CompactionRow(
                     session_id=session_id,
                     through_seq=through_seq,
-                    summary=summary,
+                    summary=storable(summary),
                     folded=folded,
                 )
             )
@@ -269,10 +269,10 @@ class SessionStore:
                     "session_id": session_id,
                     "seq": last + offset,
                     "role": message.role,
-                    "content": message.content,
+                    "content": storable(message.content),
                     "tool_calls": [c.to_openai() for c in message.tool_calls] or None,
-                    "tool_call_id": message.tool_call_id,
-                    "name": message.name,
+                    "tool_call_id": storable(message.tool_call_id),
+                    "name": storable(message.name),
                     "created_at": now,
                 }
                 for offset, message in enumerate(messages, start=1)

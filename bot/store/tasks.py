@@ -22,6 +22,7 @@ from bot.store.models import (
     TaskSequenceRow,
     UsageRow,
     as_utc,
+    storable,
     utcnow,
 )
 
@@ -108,8 +109,8 @@ def _task_row(task: NewTask, task_id: str, *, background: bool) -> TaskRow:
         session_id=task.session_id,
         channel_id=task.channel_id,
         agent=task.agent,
-        description=task.description,
-        prompt=task.prompt,
+        description=storable(task.description) or "",
+        prompt=storable(task.prompt) or "",
         background=background,
         started_by=task.started_by,
         parent_id=task.parent_id,
@@ -170,8 +171,8 @@ async def _end_all(session: AsyncSession, endings: Sequence[Ending]) -> dict[str
         ]
         values: dict[str, Any] = {
             "state": _per_task(chunk, "state", lambda e: e.state),
-            "result": _per_task(chunk, "result", lambda e: e.result),
-            "error": _per_task(chunk, "error", lambda e: e.error),
+            "result": _per_task(chunk, "result", lambda e: storable(e.result)),
+            "error": _per_task(chunk, "error", lambda e: storable(e.error)),
             "prompt_tokens": _per_task(chunk, "prompt_tokens", lambda e: e.prompt_tokens),
             "completion_tokens": _per_task(
                 chunk, "completion_tokens", lambda e: e.completion_tokens
@@ -444,7 +445,7 @@ class TaskStore:
         """
         now = utcnow()
         rows = [
-            {"task_id": task_id, "line": line, "created_at": now}
+            {"task_id": task_id, "line": storable(line), "created_at": now}
             for task_id, lines in logs
             for line in lines
         ]
@@ -603,7 +604,7 @@ class TaskStore:
     async def add_message(self, task_id: str, *, author: str, text: str) -> None:
         """Keep a steering message for a task until the process running it takes it."""
         async with self.database.sessions() as session:
-            session.add(TaskMessageRow(task_id=task_id, author=author, text=text))
+            session.add(TaskMessageRow(task_id=task_id, author=author, text=storable(text) or ""))
             await session.commit()
 
     async def waiting_messages(self, task_id: str) -> int:

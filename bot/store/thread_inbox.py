@@ -28,7 +28,7 @@ from sqlmodel import col, select
 
 from bot.store.database import Database
 from bot.store.group_commit import GroupCommit
-from bot.store.models import ThreadLeaseRow, ThreadMessageRow, utcnow
+from bot.store.models import ThreadLeaseRow, ThreadMessageRow, storable, utcnow
 
 NEW = "new"
 PENDING = "pending"
@@ -195,7 +195,7 @@ class ThreadInbox:
                 "team_id": message.team_id,
                 "user_team": message.user_team,
                 "enterprise_id": message.enterprise_id,
-                "text": message.text,
+                "text": storable(message.text),
                 "files": list(message.files),
                 "is_dm": message.is_dm,
                 "addressed": message.addressed,

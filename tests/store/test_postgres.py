@@ -16,6 +16,7 @@ from bot.app import Baton, build_baton
 from bot.engine.messages import ChatMessage
 from bot.store import SessionKey
 from bot.store.approvals import ApprovalStore
+from bot.store.thread_inbox import Inbound, ThreadInbox
 from tests.conftest import make_settings
 from tests.databases import POSTGRES_SERVER, fresh_postgres
 from tests.fakes.openai_api import FakeOpenAI, Reply, ToolCallSpec
@@ -99,3 +100,38 @@ async def test_the_races_hold(pg_baton: Baton) -> None:
     assert await pg_baton.tracker.recover() == []
     running, done = await pg_baton.tracker.counts(channel_id="C1")
     assert (running, done) == (0, 4)
+
+
+async def test_a_nul_character_is_stored_as_a_replacement_character(
+    pg_baton: Baton, fake_llm: FakeOpenAI
+) -> None:
+    """PostgreSQL's text cannot hold NUL, which a question, a command's output (`find
+    -print0`) or an answer may carry: the turn went down with it. It is kept as U+FFFD."""
+    fake_llm.script(Reply(text="done\x00here"))
+    [e async for e in pg_baton.conversations.run_turn(THREAD, "a\x00b")]
+    history = await pg_baton.conversations.history(THREAD)
+    assert [m.content for m in history] == ["a\ufffdb", "done\ufffdhere"]
+
+    session = await pg_baton.conversations.store.get_or_create(THREAD)
+    tasks = pg_baton.tracker.store
+    await tasks.create(
+        task_id="t-nul", session_id=session.id, channel_id="C1", agent="worker",
+        description="find\x00", prompt="run find -print0", background=True, started_by="U1",
+    )  # fmt: skip
+    await tasks.append_log("t-nul", ["./a\x00./b\x00"])
+    assert await tasks.log("t-nul") == ("./a\ufffd./b\ufffd",)
+
+    inbox = ThreadInbox(pg_baton.database)
+    stored = await inbox.receive(
+        Inbound(session_key=THREAD.key, channel_id="C1", thread_ts="1.1", ts="1.2",
+                user_id="U1", text="hi\x00there"),
+        holder="h",
+    )  # fmt: skip
+    assert stored is not None and stored.text == "hi\ufffdthere"
+
+    approval = await ApprovalStore(pg_baton.database).create(
+        session_id=session.id, agent="main", task_id=None, tool="write_file",
+        arguments='{"content": "x\x00y"}', reason="writes\x00", requested_by="U1",
+        channel_id="C1",
+    )  # fmt: skip
+    assert (approval.arguments, approval.reason) == ('{"content": "x\ufffdy"}', "writes\ufffd")
