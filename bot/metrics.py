@@ -92,6 +92,11 @@ RUNS_WAITING = Gauge(
     "Runs of this process waiting for admission (limits: runs, runs_per_user).",
     registry=REGISTRY,
 )
+TASKS_RUNNING = Gauge(
+    "baton_tasks_running",
+    "Sub-agent tasks whose child runs in this process (foreground and background).",
+    registry=REGISTRY,
+)
 
 
 class _Waiting(Protocol):
@@ -99,9 +104,16 @@ class _Waiting(Protocol):
     def waiting(self) -> frozenset[str]: ...
 
 
+class _Running(Protocol):
+    @property
+    def running_here(self) -> int: ...
+
+
 # Weak: an admission that is gone (a stopped surface, a finished test) drops out.
 _admissions: weakref.WeakSet[_Waiting] = weakref.WeakSet()
 RUNS_WAITING.set_function(lambda: sum(len(admission.waiting) for admission in _admissions))
+_trackers: weakref.WeakSet[_Running] = weakref.WeakSet()
+TASKS_RUNNING.set_function(lambda: sum(tracker.running_here for tracker in _trackers))
 
 
 def record_run(outcome: str) -> None:
@@ -145,6 +157,11 @@ def record_webhook_delivery(webhook: str, result: str) -> None:
 def watch_admission(admission: _Waiting) -> None:
     """Count `admission.waiting` in `baton_runs_waiting` for as long as it exists."""
     _admissions.add(admission)
+
+
+def watch_tasks(tracker: _Running) -> None:
+    """Count `tracker.running_here` in `baton_tasks_running` for as long as it exists."""
+    _trackers.add(tracker)
 
 
 def render() -> bytes:

@@ -5,6 +5,7 @@ The metrics are process-global, so each test reads the change it caused.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,10 @@ from slack_sdk.errors import SlackApiError
 
 from bot import metrics
 from bot.slack.surface import build_web_client
+from bot.store.database import Database
+from bot.store.instances import Instances
+from bot.store.tasks import TaskStore
+from bot.subagents.tracker import TaskTracker
 from tests.conftest import make_settings
 from tests.fakes.slack_api import FakeSlackAPI
 
@@ -68,6 +73,34 @@ def test_runs_waiting_follows_the_admissions_alive() -> None:
     assert metrics.sample("baton_runs_waiting") == base + 2
     first.waiting = frozenset()
     assert metrics.sample("baton_runs_waiting") == base
+
+
+async def test_tasks_running_counts_the_children_running_in_this_process(
+    tmp_path: Path,
+) -> None:
+    """What a replica's operator (and the replica tests) read to know that a child it
+    ran, cancelled from another replica, has stopped here."""
+    database = Database(f"sqlite:///{tmp_path / 'baton.db'}")
+    await database.create_schema()
+    instances = Instances(database)
+    await instances.register()
+    tracker = TaskTracker(TaskStore(database), instances, sweep_s=30.0)
+    base = metrics.sample("baton_tasks_running")
+    try:
+        children = [asyncio.create_task(asyncio.Event().wait()) for _ in range(2)]
+        tracker.attach("explore-1", children[0])
+        tracker.attach("explore-2", children[1])
+        assert metrics.sample("baton_tasks_running") == base + 2
+        children[0].cancel()
+        await asyncio.gather(children[0], return_exceptions=True)
+        assert metrics.sample("baton_tasks_running") == base + 1
+        assert b"baton_tasks_running" in metrics.render()
+    finally:
+        children[1].cancel()
+        await asyncio.gather(children[1], return_exceptions=True)
+        await tracker.shutdown()
+        await database.close()
+    assert metrics.sample("baton_tasks_running") == base
 
 
 async def test_the_slack_client_counts_calls_and_429s_by_method(tmp_path: Path) -> None:

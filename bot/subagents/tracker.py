@@ -11,6 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from bot import metrics
 from bot.engine.messages import ChatMessage
 from bot.errors import SteeringFull, TaskLimitReached
 from bot.store.instances import Instances
@@ -73,6 +74,7 @@ class TaskTracker:
         # Background starts waiting for the writer, each with the future its caller
         # awaits: starts asked for meanwhile are recorded in one transaction.
         self._start_queue: list[tuple[int, NewTask, asyncio.Future[TaskRecord]]] = []
+        metrics.watch_tasks(self)
         self._start_writer: asyncio.Task[None] | None = None
 
     def on_finish(self, callback: FinishCallback) -> None:

@@ -18,13 +18,14 @@ import json
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -234,6 +235,37 @@ class Cluster:
         if runs:
             busy.append(f"{runs} runs running or queued")
         return busy
+
+    async def metric(self, replica: Replica, name: str) -> float:
+        """The value of the sample `name` on `replica`'s `/metrics`."""
+        async with self.http.get(f"{replica.url}/metrics") as response:
+            exposed = await response.text()
+        for family in text_string_to_metric_families(exposed):
+            for sample in family.samples:
+                if sample.name == name and not sample.labels:
+                    return float(sample.value)
+        raise AssertionError(f"{name} is not in {replica.name}'s /metrics:\n{exposed}")
+
+    async def scalar(self, query: str) -> Any:
+        """The one value `query` selects from the cluster's database."""
+        engine = create_async_engine(
+            make_url(self.database_url).set(drivername="postgresql+asyncpg")
+        )
+        try:
+            async with engine.connect() as connection:
+                return (await connection.execute(text(query))).scalar_one()
+        finally:
+            await engine.dispose()
+
+    async def until_true(
+        self, probe: Callable[[], Awaitable[bool]], *, within: float = 20.0, what: str
+    ) -> None:
+        """`until` for a condition asked of a replica or of the database."""
+        deadline = time.monotonic() + within
+        while not await probe():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not within {within:.0f} s: {what}\n{self.logs()}")
+            await asyncio.sleep(0.05)
 
     async def until(
         self, condition: Callable[[], bool], *, within: float = 20.0, what: str = "condition"

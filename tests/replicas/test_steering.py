@@ -7,10 +7,14 @@ import json
 from pathlib import Path
 
 from tests.fakes.openai_api import RecordedRequest, Reply, ToolCallSpec
-from tests.replicas.harness import cluster, is_main
+from tests.replicas.harness import Cluster, cluster, is_main
 from tests.replicas.test_cancel import buttons
 from tests.slack.harness import ALICE
 from tests.slack.test_task_controls import steer_submission
+
+
+async def _taken(c: Cluster) -> bool:
+    return await c.scalar("SELECT count(*) FROM task_messages WHERE taken") == 1
 
 
 async def test_a_steer_submitted_to_b_reaches_the_child_running_on_a(tmp_path: Path) -> None:
@@ -58,9 +62,9 @@ async def test_a_steer_submitted_to_b_reaches_the_child_running_on_a(tmp_path: P
             lambda: any("Sent to" in e["text"] for e in c.slack.ephemerals),
             what="the steer confirmed",
         )
-        # B stored it; A takes it (woken by the signal, or by its sweep) before the
-        # child's next call.
-        await asyncio.sleep(2.5)
+        # B stored it; A takes it (woken by the signal, or by its sweep) and holds it
+        # for the child's next call.
+        await c.until_true(lambda: _taken(c), what="A took the steering message from the database")
         release.set()
         await c.until(lambda: len(child_calls) >= 2, within=15, what="the child's next call")
         following = json.dumps(child_calls[1].messages)
