@@ -473,7 +473,12 @@ async def build_baton(settings: Settings) -> Baton:
     )
     signals = Signals(database)
     tracker = TaskTracker(TaskStore(database), instances, signals=signals)
-    config_files = [settings.config_path] if settings.config_path else []
+    # Files no tool may read and no command may see: the config, and the GitHub App's
+    # private key, which mints installation tokens (it may lie where the sandbox shows
+    # the host read-only, /opt say, or in a workspace).
+    config_files = [
+        path for path in (settings.config_path, settings.github_app_private_key) if path
+    ]
     database_files = sqlite_files(database.engine.url)
     mcp = build_servers(settings, masked=[*config_files, *database_files])
     redact = Redactor(settings.secret_values)
