@@ -14,6 +14,7 @@ Replays are the caller's concern: it remembers `Delivery.id`.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -142,6 +143,8 @@ class Delivery:
         sender_login: Who caused the event.
         sender_type: `User`, `Bot` or `Organization`, so that bots can be ignored.
         change: What Baton acts on, or None for events it ignores.
+        digest: SHA-256 of the body: GitHub signs the body, not the delivery id, so
+            the same body under another id is a replay of the same delivery.
     """
 
     id: str
@@ -152,6 +155,7 @@ class Delivery:
     sender_login: str | None
     sender_type: str | None
     change: ForgeEvent | None
+    digest: str
 
 
 # --------------------------------------------------------------------------- wire format
@@ -347,7 +351,7 @@ def verify_delivery(headers: Mapping[str, str], body: bytes, secret: str) -> Del
         raise DeliveryRefused(f"delivery {delivery_id}: the body is not JSON", status=400) from None
     if not isinstance(event.data, dict):
         raise DeliveryRefused(f"delivery {delivery_id}: the payload is not an object", status=400)
-    return _read(event_name, delivery_id, event.data)
+    return _read(event_name, delivery_id, event.data, digest=hashlib.sha256(body).hexdigest())
 
 
 def _media_type(content_type: str) -> str:
@@ -356,7 +360,7 @@ def _media_type(content_type: str) -> str:
     return message.get_content_type()
 
 
-def _read(event_name: str, delivery_id: str, data: dict[str, Any]) -> Delivery:
+def _read(event_name: str, delivery_id: str, data: dict[str, Any], *, digest: str) -> Delivery:
     """The delivery's envelope, and its change if it is one Baton acts on."""
     envelope = _validate(_Envelope, data, event_name, delivery_id)
     action = envelope.action
@@ -420,6 +424,7 @@ def _read(event_name: str, delivery_id: str, data: dict[str, Any]) -> Delivery:
         sender_login=envelope.sender.login if envelope.sender else None,
         sender_type=envelope.sender.type if envelope.sender else None,
         change=change,
+        digest=digest,
     )
 
 

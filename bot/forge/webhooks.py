@@ -132,15 +132,29 @@ class ForgeWebhooks:
             return WebhookAnswer(
                 status=404, text=f"Baton works on no repository {delivery.repo_full_name!r}"
             )
-        claim = f"github-delivery:{delivery.id}"
-        if not await self.ledger.claim(claim):
-            return WebhookAnswer(status=409, text=f"delivery {delivery.id} was received already")
+        # The id is not signed: the same signed body under another id is a replay too.
+        claims = {
+            f"github-delivery:{delivery.id}": f"delivery {delivery.id} was received already",
+            f"github-body:{delivery.digest}": (
+                f"delivery {delivery.id} repeats the body of a delivery received already"
+            ),
+        }
+        claimed: list[str] = []
         try:
+            for claim, replay in claims.items():
+                if not await self.ledger.claim(claim):
+                    await self._release(claimed)
+                    return WebhookAnswer(status=409, text=replay)
+                claimed.append(claim)
             return await self._act(delivery, repository)
         except Exception:
             # Not acted on: the same delivery, redelivered from GitHub, is taken again.
-            await self.ledger.release(claim)
+            await self._release(claimed)
             raise
+
+    async def _release(self, claims: list[str]) -> None:
+        for claim in claims:
+            await self.ledger.release(claim)
 
     async def _act(self, delivery: Delivery, repository: ThreadRepository) -> WebhookAnswer:
         change = delivery.change

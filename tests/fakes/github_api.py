@@ -1028,10 +1028,10 @@ def check_run_payload(
     details_url: str | None = "https://ci.example.com/runs/7",
     sender_type: str = "Bot",
     installation_id: int | None = 42,
+    run_id: int = 30_000,
 ) -> dict[str, Any]:
     """`check_run` / `completed`. `branch=None` is what GitHub sends for a fork's branch
-    (with no pull requests)."""
-    run_id = 30_000
+    (with no pull requests); a check run again has another `run_id`."""
     api = f"https://api.github.com/repos/{repo}"
     pulls = [
         {

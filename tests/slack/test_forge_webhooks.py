@@ -358,8 +358,8 @@ async def test_a_failing_check_is_told_once_per_commit_and_check(tmp_path: Path)
         assert "failure" in message and f"#{pull.number}" in message
         assert f"<{RUNS_URL}|details>" in message
         assert pull.head_sha[:12] in message
-        # The same check of the same commit, delivered again under a new delivery id.
-        status, text = await forge.deliver("check_run", check(pull, name="tests"))
+        # The same check of the same commit, run again (another run, another delivery).
+        status, text = await forge.deliver("check_run", check(pull, name="tests", run_id=30_001))
         assert (status, text) == (202, "told 0 thread(s)")
         # Another check of that commit is told.
         status, text = await forge.deliver(
@@ -510,10 +510,20 @@ async def test_a_replayed_delivery_is_refused_and_runs_nothing_twice(tmp_path: P
         # Replayed byte for byte (the same signature) rather than re-signed.
         headers, body = github_delivery(WEBHOOK_SECRET, "pull_request_review", payload, "d-77")
         assert (await forge.post_raw(body, headers))[0] == 409
+        # GitHub does not sign the delivery id: the same signed body under a new id.
+        headers["X-GitHub-Delivery"] = "d-78"
+        status, text = await forge.post_raw(body, headers)
+        assert status == 409 and "repeats the body of a delivery received already" in text
+        # And its first claim is given back: d-78 itself, with a body of its own, is taken.
+        forge.slack.llm.script(Reply(text="On it again."))
+        status, _ = await forge.deliver(
+            "pull_request_review", review(pull, body="And a test."), delivery_id="d-78"
+        )
+        assert status == 202
         await forge.slack.settle()
-        assert main_count(forge) == before + 1
+        assert main_count(forge) == before + 2
         announcements = [t for t in bot_texts(forge, thread) if "GitHub review" in t]
-        assert len(announcements) == 1
+        assert len(announcements) == 2
 
 
 async def test_the_same_delivery_arriving_twice_at_once_runs_once(tmp_path: Path) -> None:
