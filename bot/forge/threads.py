@@ -119,9 +119,19 @@ class ThreadRepository:
         return self.repository.base
 
     async def _token(self) -> str | None:
+        """The token for git's next command. A GitHub App's comes from the forge: its
+        failure (GitHub down, a bad key, an App not installed) is git's failure to
+        reach the remote or be let in, so every git caller says it and nothing is lost."""
         if self.forge is None:
             return None
-        return await self.forge.token(self.repo)
+        try:
+            return await self.forge.token(self.repo)
+        except ForgeError as error:
+            unreachable = error.kind is ForgeFailure.UNREACHABLE
+            failure = PushStatus.UNREACHABLE if unreachable else PushStatus.AUTH
+            raise RemoteGitError(
+                f"Could not get a token for {self.repo.full_name}: {error}", failure=failure
+            ) from error
 
     def _token_refused(self, token: str) -> bool:
         """git was refused `token`: the forge drops it; whether a fresh one may work."""

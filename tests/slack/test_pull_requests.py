@@ -133,6 +133,35 @@ async def test_a_github_app_pushes_and_opens_with_installation_tokens(tmp_path: 
         assert {i.installation_id for i in forge.github.issued_tokens} == {INSTALLATION}
 
 
+async def test_an_app_token_github_cannot_give_is_said_with_try_again(tmp_path: Path) -> None:
+    """git's token comes from GitHub each time the cached one is refused: GitHub down
+    then (or the App's key or installation refused) is said in the thread like any
+    failure to push, with Try again; the work stays on its branch."""
+    key_file, public = app_key(tmp_path)
+    async for forge in start_forge_harness(
+        tmp_path, github_token=None, github_app_id="4242", github_app_private_key=key_file
+    ):
+        forge.github.set_app(4242, public)
+        forge.git.accepts = installation_token_of(forge.github)
+        forge.git.revoke(TOKEN)
+        thread = await ask(forge, "add a greeting", writes("greet.py", "print('hi')\n"))
+        await until_said(forge, thread, OPEN_PULL)
+        branch = await branch_of(forge, thread)
+        assert branch is not None
+        # The cached installation token stops working, and GitHub cannot give another.
+        forge.git.accepts = None
+        await forge.github.stop()
+        button = forge.slack.find_button(CHANNEL, thread, OPEN_PULL)
+        assert button is not None
+        await forge.slack.click(OPEN_PULL, button["button"]["value"], user=ALICE)
+        failure = json.dumps(await until_said(forge, thread, "Could not open the pull request"))
+        assert "Could not get a token for acme/api" in failure, failure
+        assert "stays on its branch" in failure
+        retry = forge.slack.find_button(CHANNEL, thread, OPEN_PULL)
+        assert retry is not None and retry["button"]["text"]["text"] == "Try again"
+        assert forge.git.head(REPO, branch.branch) is None  # nothing was pushed
+
+
 async def test_a_change_to_ci_workflows_is_pushed_only_by_an_approver(tmp_path: Path) -> None:
     """A workflow pushed to the forge runs with the repository's secrets: a model talked
     into writing one must not get it there on the requester's click (or its own tool)."""
