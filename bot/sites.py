@@ -104,11 +104,16 @@ class SharedParts:
 def agent_roots(settings: Settings, directory: Path) -> list[Path]:
     """Where a site's agents come from, the first valid name winning: `<dir>/.baton/agents`,
     `<dir>/.claude/agents` (Claude Code's), then `agent_dirs` and the shipped agents."""
-    return [
-        directory / PROTECTED_DIR / "agents",
-        directory / ".claude" / "agents",
-        *settings.agent_dirs,
-    ]
+    roots = [directory / PROTECTED_DIR / "agents", directory / ".claude" / "agents"]
+    # A directory named twice (agent_dirs naming the workspace's .claude/agents) is
+    # read once, at its first place: its files would shadow themselves.
+    seen: set[Path] = set()
+    unique = []
+    for root in [*roots, *settings.agent_dirs]:
+        if (resolved := root.resolve()) not in seen:
+            seen.add(resolved)
+            unique.append(root)
+    return unique
 
 
 def agent_registry(

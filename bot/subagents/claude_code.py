@@ -19,6 +19,19 @@ CLAUDE_MODEL_ALIASES = frozenset(
     {"sonnet", "opus", "haiku", "inherit", "default", "opusplan", "sonnet[1m]", "opus[1m]"}
 )
 
+# A full Claude model id (`claude-sonnet-4-20250514`, `claude-3-5-haiku-20241022`,
+# `claude-opus-4-1`): its family is the alias an operator maps.
+CLAUDE_MODEL_ID = re.compile(
+    r"claude-(?:[\w.]+-)*?(sonnet|opus|haiku)(?:[-@][\w.]+)*", re.IGNORECASE
+)
+
+
+def claude_family(model: str) -> str | None:
+    """`sonnet`, `opus` or `haiku` for a full Claude model id; None for any other name."""
+    match = CLAUDE_MODEL_ID.fullmatch(model.strip())
+    return match.group(1).lower() if match else None
+
+
 # Claude Code's tools that Baton has, under Baton's name.
 CLAUDE_TOOLS: Mapping[str, str] = {
     "Read": "read_file",

@@ -12,6 +12,8 @@ from bot.tools.base import ToolRegistry
 # character or ends the name); no lookahead, as pydantic's regex engine has none.
 NAME_PATTERN = r"^[a-z0-9](?:[a-z0-9_-]|\.[a-z0-9_-])*\.?$"
 TASK_TOOL_NAME = "task"
+# The most turns an agent file may give its agent (`max_turns`, Claude Code's `maxTurns`).
+MAX_TURNS_CAP = 1000
 
 
 def _as_names(value: Any) -> Any:
@@ -42,7 +44,7 @@ class AgentDefinition(BaseModel):
     tools: tuple[str, ...] | None = None
     disallowed_tools: tuple[str, ...] = ()
     model: str | None = None
-    max_turns: int = Field(default=0, ge=0, le=1000)
+    max_turns: int = Field(default=0, ge=0, le=MAX_TURNS_CAP)
     # The model's context window in tokens; 0: the one of baton.yaml (`context_window`).
     context_window: int = Field(default=0, ge=0)
     skills: tuple[str, ...] = ()

@@ -5,6 +5,7 @@ Claude Code's agent files load as written; `claude_code` says how they map onto 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +28,11 @@ from bot.subagents.claude_code import (
     tool_entries,
     yaml_problem,
 )
-from bot.subagents.definition import TASK_TOOL_NAME, AgentDefinition
+from bot.subagents.definition import MAX_TURNS_CAP, TASK_TOOL_NAME, AgentDefinition
 from bot.tools.base import MCP_PREFIX
 from bot.tools.skills import SKILL_TOOL_NAME
+
+logger = logging.getLogger(__name__)
 
 FRONTMATTER_KEYS = frozenset(
     {
@@ -207,9 +210,11 @@ def _read_frontmatter(header: str, source: str) -> tuple[dict[str, Any], list[st
         data, raw_keys, repeated = lenient
         what = ", ".join(raw_keys) if raw_keys else "the frontmatter"
         it = "them" if len(raw_keys) > 1 else "it"
-        notes.append(
+        note = (
             f"{what} read as Claude Code reads {it} (the frontmatter is not strict YAML: {problem})"
         )
+        logger.warning("agent file %s: %s", source, note)
+        notes.append(note)
         notes += [f"{key} is given more than once; the last one is used" for key in repeated]
     if data is None:
         data = {}
@@ -260,8 +265,12 @@ def _fields(
     if isinstance(description, str) and "\\n" in description:
         fields["description"] = description.replace("\\n", "\n")
         notes.append("description: its \\n sequences read as line breaks, as Claude Code does")
-    if fields.get("max_turns") is None:
+    turns = fields.get("max_turns")
+    if turns is None:
         fields.pop("max_turns", None)
+    elif isinstance(turns, int) and not isinstance(turns, bool) and turns > MAX_TURNS_CAP:
+        fields["max_turns"] = MAX_TURNS_CAP
+        notes.append(f"{written['max_turns']} {turns}: Baton's most is {MAX_TURNS_CAP}")
     _tools(fields, written, aliases, notes)
     _skills_without_the_skill_tool(fields, notes)
     if extra:

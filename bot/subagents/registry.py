@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.errors import AgentDefinitionError
-from bot.subagents.claude_code import CLAUDE_MODEL_ALIASES
+from bot.subagents.claude_code import CLAUDE_MODEL_ALIASES, claude_family
 from bot.subagents.definition import AgentDefinition
 from bot.subagents.loader import KnownTools, parse_agent_file
 
@@ -45,7 +45,9 @@ def resolve_model(definition: AgentDefinition, model_aliases: Mapping[str, str])
     A name in `model_aliases` (as written, else in any case: `Sonnet` is `sonnet`)
     becomes the provider's model; one of Claude Code's aliases (sonnet, opus, haiku,
     opusplan, …) with no entry runs on the parent's model: Baton never sends a name it
-    knows to be an alias. Either way a note says so.
+    knows to be an alias. A full Claude model id (`claude-sonnet-4-20250514`) with no
+    entry of its own runs on its family's entry (`sonnet`) when there is one, else is
+    sent as written. Each change, and a Claude id sent as written, has a note.
     """
     model = definition.model
     if model is None:
@@ -57,6 +59,18 @@ def resolve_model(definition: AgentDefinition, model_aliases: Mapping[str, str])
     if target is not None:
         note = f"model {model} → {target} (model_aliases)"
         return definition.model_copy(update={"model": target, "notes": (*definition.notes, note)})
+    if (family := claude_family(model)) is not None:
+        any_case = {name.lower(): value for name, value in reversed(model_aliases.items())}
+        if (target := any_case.get(family)) is not None:
+            note = f"model {model} → {target} (model_aliases: {family}, its family)"
+            return definition.model_copy(
+                update={"model": target, "notes": (*definition.notes, note)}
+            )
+        note = (
+            f"model {model}: sent as written (if the provider does not know it, map it, "
+            f"or {family}, with model_aliases in baton.yaml)"
+        )
+        return definition.model_copy(update={"notes": (*definition.notes, note)})
     if model.strip().lower() in CLAUDE_MODEL_ALIASES:
         note = (
             f"model {model}: Claude Code's alias, not a model the provider knows; runs on "

@@ -83,6 +83,14 @@ CORPUS: dict[str, tuple[str, bool]] = {
     ),
     "full-claude-model-id": (
         "name: legacy\ndescription: Old.\ntools: Read\nmodel: claude-3-5-sonnet-20241022",
+        True,  # its family's alias (sonnet) names the provider's model
+    ),
+    "dated-claude-model-id": (
+        "name: dated\ndescription: New.\ntools: Read, Bash\nmodel: claude-sonnet-4-20250514",
+        True,
+    ),
+    "unknown-model": (
+        "name: storyteller\ndescription: Tells.\ntools: Read\nmodel: fable",
         False,  # no alias names it: the provider would be sent a model it lacks
     ),
     "only-mcp-tools": (

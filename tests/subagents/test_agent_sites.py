@@ -45,6 +45,20 @@ async def test_baton_agents_beat_claude_agents_which_beat_agent_dirs(
     assert (str(tmp_path / "agents/tester.md"), tester.source) in shadowed
 
 
+async def test_agent_dirs_naming_the_workspaces_claude_agents_reads_them_once(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """The set-up a team tries first: `agent_dirs` pointed at `.claude/agents`. Its files
+    load once, and none is said to shadow itself."""
+    claude = tmp_path / "ws" / ".claude" / "agents"
+    agent_file(claude, "code-reviewer", "description: Reviews.\ntools: Read, Grep")
+    agents = await site_agents(tmp_path, fake_llm, agent_dirs=(claude, tmp_path / "agents"))
+    reviewer = agents.get("code-reviewer")
+    assert reviewer is not None and reviewer.source == str(claude / "code-reviewer.md")
+    assert agents.shadowed == ()
+    assert all("shadow" not in note for note in reviewer.notes)
+
+
 async def test_baton_yamls_aliases_reach_the_sites_agents_in_any_case(
     tmp_path: Path, fake_llm: FakeOpenAI
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 
 from bot.errors import AgentDefinitionError
 from bot.subagents.claude_code import CLAUDE_MODEL_ALIASES
-from bot.subagents.definition import AgentDefinition
+from bot.subagents.definition import MAX_TURNS_CAP, AgentDefinition
 from bot.subagents.loader import (
     MAX_NOTE_CHARS,
     MAX_NOTES,
@@ -18,6 +19,7 @@ from bot.subagents.loader import (
     parse_agent_file,
     parse_agent_text,
 )
+from bot.subagents.registry import resolve_model
 from bot.tools.base import Tool, ToolArguments, ToolRegistry
 
 
@@ -83,12 +85,16 @@ WIZARD_ONE_LINE = (
 
 
 def test_a_wizard_description_on_one_line_loads_as_claude_code_reads_it(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / ".claude" / "agents" / "code-reviewer.md"
     path.parent.mkdir(parents=True)
     path.write_text(WIZARD_ONE_LINE)
-    d = parse_agent_file(path)
+    with caplog.at_level(logging.WARNING, logger="bot.subagents.loader"):
+        d = parse_agent_file(path)
+    # Read, with a warning that names the file and what was read leniently.
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert str(path) in warning.getMessage() and "not strict YAML" in warning.getMessage()
     assert d.name == "code-reviewer" and d.source == str(path)
     assert d.description.startswith("Use this agent when the user has written code")
     assert 'Context: the user asks: "review my change"' in d.description
@@ -525,3 +531,44 @@ def test_claude_codes_skill_tool_is_batons_skill_tool() -> None:
     d = load("description: x\ntools: Skill, Read")
     assert d.tools == ("skill", "read_file")
     assert d.notes == ("tools: Skill → skill, Read → read_file",)
+
+
+def test_max_turns_above_batons_most_is_kept_at_the_most_with_a_note() -> None:
+    d = load("description: x\nmaxTurns: 5000")
+    assert d.max_turns == MAX_TURNS_CAP
+    assert f"maxTurns 5000: Baton's most is {MAX_TURNS_CAP}" in d.notes
+    assert load("description: x\nmax_turns: 40").max_turns == 40
+    assert "max_turns" in refusal("description: x\nmaxTurns: -3")  # not a number of turns
+
+
+@pytest.mark.parametrize(
+    ("model", "family"),
+    [
+        ("claude-sonnet-4-20250514", "sonnet"),
+        ("claude-3-5-sonnet-20241022", "sonnet"),
+        ("claude-3-opus-20240229", "opus"),
+        ("Claude-Opus-4-1", "opus"),
+        ("claude-haiku-4-5", "haiku"),
+        ("claude-sonnet-4-5@20250929", "sonnet"),
+    ],
+)
+def test_a_full_claude_model_id_runs_on_its_familys_alias(model: str, family: str) -> None:
+    aliases = {"Sonnet": "big-one", "opus": "o3", "haiku": "small-one"}
+    d = resolve_model(load(f"description: x\nmodel: {model}"), aliases)
+    assert d.model == {"sonnet": "big-one", "opus": "o3", "haiku": "small-one"}[family]
+    assert f"model {model} → {d.model} (model_aliases: {family}, its family)" in d.notes
+
+
+def test_a_claude_model_id_mapped_itself_or_by_nobody() -> None:
+    written = load("description: x\nmodel: claude-sonnet-4-20250514")
+    # Its own entry wins over its family's.
+    own = resolve_model(written, {"sonnet": "big-one", "claude-sonnet-4-20250514": "exact"})
+    assert own.model == "exact"
+    # Nothing maps it: sent as written (an Anthropic-speaking provider knows it), said.
+    alone = resolve_model(written, {"opus": "o3"})
+    assert alone.model == "claude-sonnet-4-20250514"
+    assert any(n.startswith("model claude-sonnet-4-20250514: sent as written") for n in alone.notes)
+    # Names that only look alike are not Claude's.
+    for other in ("my-claude-sonnet", "claude-sonnetx", "claude-instant-1", "gpt-4o"):
+        d = resolve_model(load(f"description: x\nmodel: {other}"), {"sonnet": "big-one"})
+        assert d.model == other and not any("family" in n for n in d.notes), other
