@@ -173,11 +173,13 @@ async def test_a_review_asking_for_changes_runs_a_turn_whose_edit_updates_the_pu
         assert forge.slack.llm.remaining == 0 and not forge.slack.llm.unexpected
 
 
-async def test_a_review_comment_mentioning_baton_runs_a_turn(tmp_path: Path) -> None:
+async def test_a_review_comment_mentioning_baton_runs_a_turn_whose_push_updates_the_pr(
+    tmp_path: Path,
+) -> None:
     async with forge_harness(tmp_path) as forge:
         thread, pull = await open_pull(forge)
         before = main_count(forge)
-        forge.slack.llm.script(Reply(text="Fixed the off-by-one."))
+        forge.slack.llm.script(*writes("greet.py", "print('hi!')\n", text="Fixed the off-by-one."))
         payload = review_comment_payload(
             number=pull.number,
             branch=pull.head_ref,
@@ -193,11 +195,17 @@ async def test_a_review_comment_mentioning_baton_runs_a_turn(tmp_path: Path) -> 
         assert "@baton off by one here" in said["text"]
         await forge.slack.settle()
         requests = forge.slack.main_requests()[before:]
-        assert len(requests) == 1
+        assert len(requests) == 2  # the edit, then the answer
         prompt = user_text(requests[0])
         assert prompt.startswith("[GitHub user @dave]")
         assert "@baton off by one here" in prompt
+        # The file it is about is the forge's text too: inside the data's wrapper.
+        wrapped = prompt.split("<github_review", 1)[1].split("</github_review>", 1)[0]
+        assert "(on greet.py:1)" in wrapped and "greet.py" not in prompt.split("<github_review")[0]
         await until_said(forge, thread, "Fixed the off-by-one.")
+        # The turn's edit is committed on the PR's branch and pushed: the PR updates.
+        await until(lambda: forge.git.show(REPO, pull.head_ref, "greet.py") == "print('hi!')\n")
+        await until_said(forge, thread, "Pushed: pull request")
 
 
 async def test_comments_not_for_baton_bots_and_bare_approvals_start_nothing(
