@@ -15,18 +15,15 @@ import yaml
 from pydantic import ValidationError
 
 from bot.errors import AgentDefinitionError
-from bot.frontmatter import split_frontmatter
+from bot.frontmatter import YAML_FAILURES, read_leniently, split_frontmatter, yaml_problem
 from bot.subagents.claude_code import (
     KEY_SPELLINGS,
     UNUSED_KEY_REASONS,
-    YAML_FAILURES,
     FrontmatterProblem,
     count_values,
     listed,
     map_tools,
-    read_leniently,
     tool_entries,
-    yaml_problem,
 )
 from bot.subagents.definition import MAX_TURNS_CAP, TASK_TOOL_NAME, AgentDefinition
 from bot.tools.base import MCP_PREFIX

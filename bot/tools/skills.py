@@ -31,7 +31,7 @@ import yaml
 from pydantic import Field
 
 from bot.errors import ToolError
-from bot.frontmatter import split_frontmatter
+from bot.frontmatter import YAML_FAILURES, read_leniently, split_frontmatter, yaml_problem
 from bot.permissions.rule_globs import glob_to_regex
 from bot.permissions.secret_paths import find_path_danger
 from bot.tools.base import Tool, ToolArguments, person_approved
@@ -242,7 +242,7 @@ def _load_skill(workspace: Workspace, root: tuple[str, ...], name: str) -> Skill
             f"the frontmatter of {SKILL_FILE} does not end within its first "
             f"{MAX_FRONTMATTER_BYTES:,} bytes"
         )
-    header = _frontmatter(text)
+    header = _frontmatter(text, folder)
     declared = header.get("name")
     if not isinstance(declared, str) or not declared.strip():
         raise ToolError(f"{SKILL_FILE} has no name in its frontmatter")
@@ -262,7 +262,7 @@ def _load_skill(workspace: Workspace, root: tuple[str, ...], name: str) -> Skill
     )
 
 
-def _frontmatter(text: str) -> dict[str, Any]:
+def _frontmatter(text: str, folder: str) -> dict[str, Any]:
     parts = split_frontmatter(text)
     if parts is None:
         raise ToolError(
@@ -271,8 +271,21 @@ def _frontmatter(text: str) -> dict[str, Any]:
         )
     try:
         data: Any = yaml.safe_load(parts[0]) if parts[0].strip() else {}
-    except (yaml.YAMLError, RecursionError, ValueError) as exc:
-        raise ToolError(f"the frontmatter of {SKILL_FILE} is not valid YAML ({exc})") from exc
+    except YAML_FAILURES as exc:
+        # As for agent files: Claude Code reads `description: Use when: …` line by line.
+        lenient = read_leniently(parts[0])
+        if lenient is None:
+            raise ToolError(
+                f"the frontmatter of {SKILL_FILE} is not valid YAML ({yaml_problem(exc)}), "
+                "and it does not start with a 'key: value' line either"
+            ) from exc
+        data = lenient[0]
+        logger.warning(
+            "skill %s: %s read as Claude Code reads it (the frontmatter is not strict YAML: %s)",
+            folder,
+            ", ".join(lenient[1]) or "the frontmatter",
+            yaml_problem(exc),
+        )
     if not isinstance(data, dict):
         raise ToolError(f"the frontmatter of {SKILL_FILE} must be a mapping of keys to values")
     return data

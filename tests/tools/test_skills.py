@@ -113,7 +113,7 @@ def test_invalid_skills_are_reported_with_their_reasons(
     make_skill(workspace, "mute", header="name: mute\ndescription: '  '")
     make_skill(workspace, "other", header="name: someone-else\ndescription: x")
     make_skill(workspace, "Upper", header="name: Upper\ndescription: x")
-    make_skill(workspace, "broken", header="name: [unclosed\ndescription: x")
+    make_skill(workspace, "broken", header="  name: [unclosed\ndescription: x")
     make_skill(workspace, "listy", header="- name\n- description")
     make_skill(workspace, "endless", header="name: endless\ndescription: x\n" + "# pad\n" * 20_000)
     make_skill(workspace, "latin", header="name: latin\ndescription: x")
@@ -162,6 +162,29 @@ def test_invalid_skills_are_reported_with_their_reasons(
     assert "not a regular file" in reasons["piped"]
     assert "outside the workspace" in reasons["far"]
     assert "leads to src, outside .baton/skills and .claude/skills" in reasons["src"]
+
+
+def test_a_description_strict_yaml_refuses_is_read_as_claude_code_reads_it(
+    workspace: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`description: Use when: …` (a `: ` inside the value) is what people write; strict
+    YAML refuses it, Claude Code reads it line by line, and so does Baton, saying so."""
+    make_skill(
+        workspace,
+        "pdf",
+        header="name: pdf\ndescription: Use when: the user gives a PDF. Handles forms\n"
+        "license: MIT",
+    )
+    with caplog.at_level(logging.WARNING, logger="bot.tools.skills"):
+        found = find_skills(workspace)
+    [skill] = found.skills
+    assert (skill.name, skill.description) == (
+        "pdf",
+        "Use when: the user gives a PDF. Handles forms",
+    )
+    assert found.invalid == ()
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert ".baton/skills/pdf" in warning and "not strict YAML" in warning
 
 
 def test_each_problem_is_logged_once(
