@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -111,16 +111,23 @@ def app_key(tmp_path: Path) -> tuple[Path, bytes]:
     return key_file, public
 
 
-async def test_a_github_app_pushes_and_opens_with_installation_tokens(tmp_path: Path) -> None:
-    """GITHUB_APP_ID and the key file instead of a token: the installation is found from
-    the repository, and its token serves both the push and the pull request."""
+async def app_forge_harness(tmp_path: Path) -> AsyncIterator[ForgeHarness]:
+    """The forge harness with a GitHub App instead of a token: only the App's
+    installation tokens push."""
     key_file, public = app_key(tmp_path)
     async for forge in start_forge_harness(
         tmp_path, github_token=None, github_app_id="4242", github_app_private_key=key_file
     ):
         forge.github.set_app(4242, public)
         forge.git.accepts = installation_token_of(forge.github)
-        forge.git.revoke(TOKEN)  # only the App's installation tokens push now
+        forge.git.revoke(TOKEN)
+        yield forge
+
+
+async def test_a_github_app_pushes_and_opens_with_installation_tokens(tmp_path: Path) -> None:
+    """GITHUB_APP_ID and the key file instead of a token: the installation is found from
+    the repository, and its token serves both the push and the pull request."""
+    async for forge in app_forge_harness(tmp_path):
         thread = await ask(forge, "add a greeting", writes("greet.py", "print('hi')\n"))
         await until_said(forge, thread, OPEN_PULL)
         button = forge.slack.find_button(CHANNEL, thread, OPEN_PULL)
@@ -137,13 +144,7 @@ async def test_an_app_token_github_cannot_give_is_said_with_try_again(tmp_path: 
     """git's token comes from GitHub each time the cached one is refused: GitHub down
     then (or the App's key or installation refused) is said in the thread like any
     failure to push, with Try again; the work stays on its branch."""
-    key_file, public = app_key(tmp_path)
-    async for forge in start_forge_harness(
-        tmp_path, github_token=None, github_app_id="4242", github_app_private_key=key_file
-    ):
-        forge.github.set_app(4242, public)
-        forge.git.accepts = installation_token_of(forge.github)
-        forge.git.revoke(TOKEN)
+    async for forge in app_forge_harness(tmp_path):
         thread = await ask(forge, "add a greeting", writes("greet.py", "print('hi')\n"))
         await until_said(forge, thread, OPEN_PULL)
         branch = await branch_of(forge, thread)
@@ -264,13 +265,7 @@ async def test_a_push_refused_with_a_cached_installation_token_gets_a_fresh_one(
 ) -> None:
     """GitHub revoked the App's installation token before it expired: the follow-up's
     push drops it and pushes with a new one, as the REST calls do."""
-    key_file, public = app_key(tmp_path)
-    async for forge in start_forge_harness(
-        tmp_path, github_token=None, github_app_id="4242", github_app_private_key=key_file
-    ):
-        forge.github.set_app(4242, public)
-        forge.git.accepts = installation_token_of(forge.github)
-        forge.git.revoke(TOKEN)
+    async for forge in app_forge_harness(tmp_path):
         thread = await ask(forge, "add a greeting", writes("greet.py", "print('hi')\n"))
         button = forge.slack.find_button(CHANNEL, thread, OPEN_PULL)
         assert button is not None
