@@ -74,5 +74,13 @@ for manifest in deploy/kubernetes/*.yaml; do
 done
 "$work/validate/bin/kubernetes-validate" --strict --quiet -k 1.33.0 "${manifests[@]}"
 
+# A podman killed while it held one of its locks (a run stopped mid-test) leaves that
+# lock held, and the next command that needs it waits forever. With no container
+# running, `podman system renumber` hands every lock out anew; the tests themselves
+# clear the pods, containers and volume an earlier run may have left behind.
+if [ -z "$(timeout 60 podman ps --quiet)" ]; then
+  timeout 120 podman system renumber
+fi
+
 echo "ci: running the image's containers, compose.yaml and the manifests (tests/deploy)" >&2
 BATON_TEST_IMAGE="$image" .venv/bin/python -m pytest -q -n 0 tests/deploy

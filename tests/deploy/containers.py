@@ -58,14 +58,43 @@ def compose_confinement(*, unmasked: bool = True) -> list[str]:
     return options
 
 
+# How long one podman or podman-compose command may take before the test fails with
+# what it printed (a `podman kube play` once hung for two hours on these machines).
+TOOL_TIMEOUT_S = 300
+
+
 async def tool_output(program: str, *args: str, cwd: Path | None = None, check: bool = True) -> str:
     """Run `program` (podman, podman-compose); its output, stdout and stderr together.
-    With `check`, a failure fails the test with that output."""
+    With `check`, a failure fails the test with that output. A command that outlives
+    TOOL_TIMEOUT_S is killed, and fails the test (with `check` or not) with what it printed."""
     process = await asyncio.create_subprocess_exec(
         program, *args, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
     )
-    output, _ = await process.communicate()
-    text = output.decode(errors="replace")
+    stdout = process.stdout
+    assert stdout is not None
+    chunks: list[bytes] = []
+
+    async def read() -> None:
+        while chunk := await stdout.read(65536):
+            chunks.append(chunk)
+        await process.wait()
+
+    try:
+        await asyncio.wait_for(read(), TOOL_TIMEOUT_S)
+    except TimeoutError:
+        # SIGTERM first: podman killed outright may keep a lock of its own held for good.
+        process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+        printed = b"".join(chunks).decode(errors="replace")
+        raise AssertionError(
+            f"{program} {' '.join(args)} still ran after {TOOL_TIMEOUT_S} s; killed."
+            f" It printed:\n{printed}"
+        ) from None
+    text = b"".join(chunks).decode(errors="replace")
     if check and process.returncode != 0:
         raise AssertionError(f"{program} {' '.join(args)} failed ({process.returncode}):\n{text}")
     return text

@@ -145,6 +145,10 @@ async def test_without_a_proc_it_may_mount_the_sandbox_is_refused_in_one_line_an
         assert not (c.workspace / "proof.txt").exists()
 
 
+# The pod `podman kube play` makes of the Deployment: its name, then "-pod-0".
+KUBE_POD = "baton-pod-0"
+
+
 def kube_documents(*, env: dict[str, str]) -> list[dict[str, Any]]:
     """The shipped manifests, as `podman kube play` on this machine can run them.
 
@@ -196,10 +200,15 @@ async def test_the_kubernetes_manifests_play_become_ready_and_answer_a_mention(
         played = tmp_path / "kube.yaml"
         played.write_text(yaml.safe_dump_all(copy.deepcopy(documents)))
         owned_directory(tmp_path / "ws")
+        # A pod an earlier run left behind (killed mid-test) holds the names this one
+        # plays: in Podman's state, or (killed mid-play) in its container storage only.
+        await podman("kube", "down", str(played), check=False)
+        await podman("pod", "rm", "--force", "--ignore", "--time", "0", KUBE_POD, check=False)
+        await podman("rm", "--force", "--ignore", "--storage", f"{KUBE_POD}-baton", check=False)
         await podman("volume", "rm", "--force", "baton-workspaces", check=False)
         try:
             await podman("kube", "play", "--seccomp-profile-root", str(DEPLOY), str(played))
-            pod = await c.follow("pod", env, "baton-pod-0-baton")
+            pod = await c.follow("pod", env, f"{KUBE_POD}-baton")
             await c.wait_healthy(pod, path="/readyz")
             # Podman 4.3 reads no procMount, so /proc stays masked and the sandbox
             # cannot be made here: the pod says so in one line, and commands will ask.
@@ -207,7 +216,7 @@ async def test_the_kubernetes_manifests_play_become_ready_and_answer_a_mention(
             await c.until(lambda: "no OS sandbox" in pod.log(), within=30, what="the notice")
             notices = [line for line in pod.log().splitlines() if "no OS sandbox" in line]
             assert len(notices) == 1 and "mount proc" in notices[0], pod.log()
-            (inspected,) = json.loads(await podman("inspect", "baton-pod-0-baton"))
+            (inspected,) = json.loads(await podman("inspect", f"{KUBE_POD}-baton"))
             assert inspected["HostConfig"]["ReadonlyRootfs"] is True
             assert inspected["Config"]["User"].startswith("10001"), inspected["Config"]["User"]
 
