@@ -10,8 +10,9 @@ Nothing here is timed: what is batched is read from the database's own events
 from __future__ import annotations
 
 import asyncio
+import struct
 
-from sqlalchemy import event, text
+from sqlalchemy import event, make_url, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from bot.store.database import Database
@@ -214,3 +215,87 @@ async def test_hostile_messages_fail_alone_and_the_rest_of_their_batch_is_stored
     assert await inbox.find("C1", "1700000007.000004") is None
     nul = by_ts["1700000007.000002"]
     assert not isinstance(nul, BaseException) and nul is not None and nul.text == "a\ufffdb"
+
+
+class PostgresWire:
+    """A TCP relay to the PostgreSQL server that reads what the client sends: per frame
+    of the protocol, its type ("Q" a simple query such as BEGIN or COMMIT; "P", "B",
+    "E" parse, bind, execute; "S" the sync that ends an extended-protocol round trip).
+    The client must not ask for TLS (its frames would not be readable)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.sent: list[str] = []
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> int:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+
+        async def downstream() -> None:
+            while data := await up_reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        answers = asyncio.create_task(downstream())
+        try:
+            (length,) = struct.unpack("!I", await reader.readexactly(4))  # the startup
+            up_writer.write(struct.pack("!I", length) + await reader.readexactly(length - 4))
+            while True:
+                kind = await reader.readexactly(1)
+                (length,) = struct.unpack("!I", await reader.readexactly(4))
+                body = await reader.readexactly(length - 4)
+                self.sent.append(kind.decode())
+                up_writer.write(kind + struct.pack("!I", length) + body)
+                await up_writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            up_writer.close()
+            answers.cancel()
+
+
+async def test_on_postgresql_a_batch_is_one_round_trip_no_begin_or_commit(
+    database: Database,
+) -> None:
+    """The ack waits on its batch's write, so on PostgreSQL that write is one round trip
+    to the server: the INSERT alone, in autocommit (one statement is a transaction of
+    its own), not BEGIN, INSERT and COMMIT. Read from the protocol's frames the intake
+    connection sends, through a relay."""
+    if database.engine.dialect.name != "postgresql":
+        return  # SQLite's transactions are calls into a library, not round trips
+    url = make_url(database.url)
+    wire = PostgresWire(url.host or "127.0.0.1", url.port or 5432)
+    async with wire as port:
+        relayed = Database(
+            url.set(
+                host="127.0.0.1", port=port, query={**url.query, "ssl": "disable"}
+            ).render_as_string(hide_password=False)
+        )
+        try:
+            inbox = ThreadInbox(relayed)
+            frames: list[list[str]] = []
+            for batch in range(3):
+                stamps = [f"1700000008.{batch:02d}{n:04d}" for n in range(50)]
+                before = len(wire.sent)
+                messages = await asyncio.gather(
+                    *(inbox.receive(inbound(ts), holder="p") for ts in stamps)
+                )
+                assert [m.ts if m else None for m in messages] == stamps
+                frames.append(wire.sent[before:])
+            assert all("Q" not in sent for sent in frames), frames  # no BEGIN, no COMMIT
+            # The first batch also opens the connection and prepares the statement; the
+            # next ones, as large, are one bind-execute-sync each.
+            assert [sent.count("S") for sent in frames[1:]] == [1, 1], frames
+            assert inbox._arrivals.batches == 3
+        finally:
+            await relayed.close()
+    assert await stored_count(database) == 150
