@@ -852,13 +852,18 @@ async def _trees(git: _Git, *commits: str) -> list[str]:
 async def _tree_of(git: _Repo, commit: str) -> str:
     """A commit's tree: asked once per repository and commit (it never changes)."""
     key = (git.common_dir, commit)
-    tree = _commit_trees.get(key)
-    if tree is None:
-        (tree,) = await _shared(("tree", *key), lambda: _trees(git, commit))
+
+    async def read() -> str:
+        (tree,) = await _trees(git, commit)
+        # Kept before the shared call ends: a child that asks after it ended, before its
+        # first caller resumed, finds the tree here rather than asking git again.
         if len(_commit_trees) >= _TREES_KEPT:
             _commit_trees.clear()
         _commit_trees[key] = tree
-    return tree
+        return tree
+
+    tree = _commit_trees.get(key)
+    return tree if tree is not None else await _shared(("tree", *key), read)
 
 
 async def _numstat(git: _Git, base_tree: str, tree: str) -> tuple[FileChange, ...]:
