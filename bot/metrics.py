@@ -14,6 +14,7 @@ invented, is recorded as ``unknown``.
 
 from __future__ import annotations
 
+import gc
 import weakref
 from collections.abc import Mapping
 from typing import Protocol
@@ -114,6 +115,13 @@ _admissions: weakref.WeakSet[_Waiting] = weakref.WeakSet()
 RUNS_WAITING.set_function(lambda: sum(len(admission.waiting) for admission in _admissions))
 _trackers: weakref.WeakSet[_Running] = weakref.WeakSet()
 TASKS_RUNNING.set_function(lambda: sum(tracker.running_here for tracker in _trackers))
+GC_FROZEN = Gauge(
+    "baton_gc_frozen_objects",
+    "Objects of the start-up heap set aside from the garbage collector's passes "
+    "(bot/heap.py); 0 until Baton serves.",
+    registry=REGISTRY,
+)
+GC_FROZEN.set_function(gc.get_freeze_count)
 
 
 def record_run(outcome: str) -> None:

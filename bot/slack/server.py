@@ -27,6 +27,7 @@ from bot import metrics
 from bot.app import Baton, build_baton
 from bot.config import Settings
 from bot.errors import BatonError
+from bot.heap import freeze_start_up_heap
 from bot.slack.acks_first import AcksFirst
 from bot.slack.listeners import is_message_event
 from bot.slack.parts import SlackParts
@@ -369,6 +370,7 @@ async def serve(settings: Settings) -> None:
         await _identify(surface, settings)
         await surface.start()
         http = HttpServer(surface, port=settings.port, events=not settings.socket_mode)
+        freeze_start_up_heap()  # before the first event: no full pass walks it again
         port = await _listen(http)
         if settings.socket_mode:
             socket_handler = AsyncSocketModeHandler(surface.app, settings.slack_app_token)

@@ -171,6 +171,8 @@ async def test_socket_mode_serves_health_and_metrics_on_port_and_logs_json(
     assert value(exposed, 'baton_slack_api_calls_total{method="chat.startStream"}') >= 1
     assert value(exposed, 'baton_slack_api_calls_total{method="auth.test"}') >= 1
     assert "baton_runs_waiting 0.0" in exposed
+    # The start-up heap is frozen before the first event (bot/heap.py): libraries, app.
+    assert value(exposed, "baton_gc_frozen_objects") > 50_000
 
     records = [json.loads(line) for line in stderr.splitlines() if line.strip()]
     assert records, "nothing was logged"
