@@ -536,8 +536,7 @@ class TerminalChat:
         for task in tasks:
             prompt = " ".join(task.prompt.split())[:48]
             self.line(
-                f"  {task_mark(task.state)} {task.id}  {task.agent}  "
-                f'{task.description}  "{prompt}"'
+                f'  {task_mark(task.state)} {task.id}  {task.agent}  {task.description}  "{prompt}"'
             )
 
     async def _cancel(self, task_id: str) -> None:
