@@ -149,6 +149,16 @@ async def test_without_a_proc_it_may_mount_the_sandbox_is_refused_in_one_line_an
 KUBE_POD = "baton-pod-0"
 
 
+async def clear_kube(played: Path) -> None:
+    """Remove what `podman kube play` of `played` makes: its pod (in Podman's state, or,
+    from a play killed midway, its container in Podman's storage only, which still
+    holds the name) and the workspaces volume."""
+    await podman("kube", "down", str(played), check=False)
+    await podman("pod", "rm", "--force", "--ignore", "--time", "0", KUBE_POD, check=False)
+    await podman("rm", "--force", "--ignore", "--storage", f"{KUBE_POD}-baton", check=False)
+    await podman("volume", "rm", "--force", "baton-workspaces", check=False)
+
+
 def kube_documents(*, env: dict[str, str]) -> list[dict[str, Any]]:
     """The shipped manifests, as `podman kube play` on this machine can run them.
 
@@ -200,12 +210,7 @@ async def test_the_kubernetes_manifests_play_become_ready_and_answer_a_mention(
         played = tmp_path / "kube.yaml"
         played.write_text(yaml.safe_dump_all(copy.deepcopy(documents)))
         owned_directory(tmp_path / "ws")
-        # A pod an earlier run left behind (killed mid-test) holds the names this one
-        # plays: in Podman's state, or (killed mid-play) in its container storage only.
-        await podman("kube", "down", str(played), check=False)
-        await podman("pod", "rm", "--force", "--ignore", "--time", "0", KUBE_POD, check=False)
-        await podman("rm", "--force", "--ignore", "--storage", f"{KUBE_POD}-baton", check=False)
-        await podman("volume", "rm", "--force", "baton-workspaces", check=False)
+        await clear_kube(played)  # what an earlier run killed mid-test left behind
         try:
             await podman("kube", "play", "--seccomp-profile-root", str(DEPLOY), str(played))
             pod = await c.follow("pod", env, f"{KUBE_POD}-baton")
@@ -227,5 +232,4 @@ async def test_the_kubernetes_manifests_play_become_ready_and_answer_a_mention(
                 what="the pod's answer",
             )  # fmt: skip
         finally:
-            await podman("kube", "down", str(played), check=False)
-            await podman("volume", "rm", "--force", "baton-workspaces", check=False)
+            await clear_kube(played)
